@@ -500,3 +500,16 @@ def spec_sha256(path: str | Path) -> str:
 
 def is_inf(rate: Any) -> bool:
     return rate == "inf" or (isinstance(rate, float) and math.isinf(rate))
+
+
+def spec_to_json(spec: Spec) -> str:
+    """The validated spec with defaults filled (what runs store as spec.resolved.json)."""
+    from .canon import dumps
+    import json as _json
+
+    return dumps(_json.loads(spec.model_dump_json()))
+
+
+def spec_from_json(text: str) -> Spec:
+    """Inverse of spec_to_json (JSON mode lets string keys stand for int keys)."""
+    return Spec.model_validate_json(text)

@@ -154,6 +154,7 @@ def plan(
 
 # Stage modules add their commands here; a module is listed only once it works.
 COMMAND_MODULES = (
+    "evidence.cli_run",
     "evidence.cli_trace",
 )
 

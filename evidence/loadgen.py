@@ -216,11 +216,13 @@ def _slow_message(msg: bytes, t: float, rec: RequestRecord, st: _StreamState) ->
 class Client:
     """Issues requests on one session; fills RequestRecords. Times relative to t0."""
 
-    def __init__(self, session: aiohttp.ClientSession, url: str, t0: float, timeout_s: float | None):
+    def __init__(self, session: aiohttp.ClientSession, url: str, t0: float, timeout_s: float | None,
+                 headers: dict[str, str] | None = None):
         self.session = session
         self.url = url
         self.t0 = t0
         self.timeout_s = timeout_s
+        self.headers = {**_HEADERS, **(headers or {})}
 
     async def request(self, rec: RequestRecord, body: bytes) -> RequestRecord:
         pc = time.perf_counter
@@ -229,7 +231,7 @@ class Client:
         st = _StreamState()
         try:
             async with asyncio.timeout(self.timeout_s):
-                async with self.session.post(self.url, data=body, headers=_HEADERS) as resp:
+                async with self.session.post(self.url, data=body, headers=self.headers) as resp:
                     rec.status = resp.status
                     if resp.status != 200:
                         text = await resp.content.read(4096)
@@ -335,7 +337,8 @@ async def run_trial_async(base_url: str, model: str, prompts: Sequence[Prompt], 
                           telemetry_interval_s: float = 0.25,
                           on_request_done: Callable[[RequestRecord], Any] | None = None,
                           session: aiohttp.ClientSession | None = None,
-                          extra_body: dict | None = None, endpoint: str = "/v1/completions",
+                          extra_body: dict | None = None, extra_headers: dict[str, str] | None = None,
+                          endpoint: str = "/v1/completions",
                           read_bufsize: int = READ_BUFSIZE, freeze_gc: bool = True,
                           normalize_schedule: bool = True) -> TrialResult:
     """Run one trial on the running event loop; see `run_trial`."""
@@ -374,7 +377,7 @@ async def run_trial_async(base_url: str, model: str, prompts: Sequence[Prompt], 
         t0 = time.perf_counter()
         bridge_s = t0 - p_a
         cpu0 = time.process_time()
-        client = Client(sess, url, t0, timeout_s)
+        client = Client(sess, url, t0, timeout_s, extra_headers)
         if sampler is not None and tele_reason is None:
             sampler.start(t0)
 
@@ -400,8 +403,9 @@ async def run_trial_async(base_url: str, model: str, prompts: Sequence[Prompt], 
         else:
             pc = time.perf_counter
             for rec, body in zip(records, bodies):
-                delay = t0 + rec.intended_s - pc()
-                if delay > 0:
+                due = t0 + rec.intended_s
+                # Loop timers can fire up to a millisecond early: never send before due.
+                while (delay := due - pc()) > 0:
                     await asyncio.sleep(delay)
                 tasks.append(create(one(rec, body)))
         await asyncio.gather(*tasks)

@@ -31,11 +31,12 @@ give defaults; an `x-standin` header overrides them for one request, e.g.
                  truncate, hang, drop); for hang, 0 hangs before any chunk
     usage_delay  seconds between the last token chunk and the usage chunk
 
-The tokenizer is a toy: id k is the word " w<k>"; text that is not such a word
-becomes one token per character. With `quirk=Q` (>0), a word whose id is a
-multiple of Q re-tokenizes into two tokens, so decode-then-encode changes
-lengths as real BPE tokenizers do. With `bos=True` it adds id 1 as a special
-token when `add_special_tokens` is true.
+The tokenizer is a toy: id k is the word " w<k>", ids 4-13 are the digits
+"0"-"9" (no leading space), other text becomes one token per character. With
+`quirk=Q` (>0), a word whose number (>= 10) is a multiple of Q tokenizes as the
+word for k//10 plus a digit, and a digit after a word merges into it, so
+decode-then-encode changes lengths both ways, as real BPE tokenizers do. With
+`bos=True` it adds id 1 as a special token when `add_special_tokens` is true.
 
 Run: `python -m evidence.standin --port 8123 [--itl 0] [--ttft 0]` (prints the
 URL, stops on SIGINT/SIGTERM). In-process: `with StandinServer(itl_s=0.01) as
@@ -132,19 +133,35 @@ class Counters:
 # ---------------------------------------------------------------- tokenizer ----
 
 
+_DIGIT0 = 4  # ids 4..13 are the digit pieces "0".."9" (no leading space)
+
+
 def detokenize(ids: list[int]) -> str:
-    return "".join(f" w{int(k)}" for k in ids)
+    out = []
+    for k in ids:
+        k = int(k)
+        if k == 1:
+            continue  # the special BOS token is skipped, as decoding with skip_special_tokens does
+        out.append(str(k - _DIGIT0) if _DIGIT0 <= k < _DIGIT0 + 10 else f" w{k}")
+    return "".join(out)
+
+
+def _word_ids(k: int, quirk: int) -> list[int]:
+    if quirk and k >= 10 and k % quirk == 0:
+        return _word_ids(k // 10, quirk) + [_DIGIT0 + k % 10]
+    return [k]
 
 
 def tokenize(text: str, opts: Options, add_special_tokens: bool = True) -> list[int]:
+    """Words " w<k>" -> id k; with quirk Q, a k >= 10 that is a multiple of Q splits
+    into the word for k//10 and a digit piece (recursively), and a digit piece
+    after a word merges back into it. decode(encode(text)) == text, as with
+    byte-level BPE, but encode(decode(ids)) can be longer or shorter than ids."""
     out: list[int] = [1] if (opts.bos and add_special_tokens) else []
     for word in text.split():
         m = _WORD.match(word)
         if m:
-            k = int(m.group(1)) % opts.vocab
-            out.append(k)
-            if opts.quirk and k % opts.quirk == 0:
-                out.append((k // opts.quirk) % opts.vocab)
+            out.extend(_word_ids(int(m.group(1)) % opts.vocab, opts.quirk))
         else:
             out.extend(16 + (ord(c) % (opts.vocab - 16)) for c in word)
     return out

@@ -862,8 +862,8 @@ class StepRow:
     tokens: int
     kernels: int
     kernel_ns: int
-    gpu_window_ns: int | None
-    gpu_window_source: str | None  # "gpu annotation" | "kernel extent"
+    gpu_window_ns: int
+    gpu_window_source: str  # "gpu annotation" | "kernel extent" | "cpu range (no kernels)"
     active_ns: int
     active_fraction: float | None
 
@@ -902,32 +902,24 @@ def step_analysis(
 ) -> StepReport:
     """Scheduler composition per engine step, and the kernels each step launched.
 
-    A step is in the window when its span (GPU-side when known, else CPU)
-    overlaps it; steps_partly_outside counts those the window cuts (the GPU
-    annotation of the first step usually opens before its first kernel). Kernels are placed under the step whose CPU range holds their
-    launch; kernel-active within a step is the union of its kernels over the
-    step's GPU span (the GPU annotation, else its kernels' extent).
+    A step's GPU span is its GPU-side annotation when the trace has one, else the
+    extent of the kernels it launched (its CPU range only if it launched none: a
+    graph replay's CPU range closes before its kernels even start). A step is in
+    the window when that span overlaps it; steps_partly_outside counts those the
+    window cuts. Kernels are placed under the step whose CPU range holds their
+    launch; kernel-active within a step is the union of its kernels over its span.
     """
     w = resolve_window(kernels, window)
     if step_of is None:
         step_of = place_kernels_in_steps(kernels, steps)
-    inw = []
+    st_all, en_all = kernels["start_ns"], kernels["end_ns"]
+    order = np.argsort(step_of, kind="stable")  # kernels grouped by step, time order kept
+    sorted_steps = step_of[order]
+
+    inw: list[Step] = []
+    rows = []
     partial = 0
     for s in steps:
-        a, b = (s.gpu_start_ns, s.gpu_end_ns) if s.gpu_start_ns is not None else (s.start_ns, s.end_ns)
-        if b > w.start_ns and a < w.end_ns:
-            inw.append(s)
-            partial += not (a >= w.start_ns and b <= w.end_ns)
-    pre = [s for s in inw if s.has_prefill]
-    dec = [s for s in inw if not s.has_prefill]
-
-    # Kernel time and union per step, grouped in one pass over the placed kernels.
-    st_all, en_all = kernels["start_ns"], kernels["end_ns"]
-    placed = step_of >= 0
-    order = np.argsort(step_of, kind="stable")
-    sorted_steps = step_of[order]
-    rows = []
-    for s in inw:
         lo, hi = np.searchsorted(sorted_steps, [s.index, s.index + 1])
         k = order[lo:hi]
         ks, ke = st_all[k], en_all[k]
@@ -936,11 +928,17 @@ def step_analysis(
         elif len(k):
             ga, gb, src = int(ks.min()), int(ke.max()), "kernel extent"
         else:
-            ga = gb = src = None
-        active = union_length(ks, ke, ga, gb) if ga is not None else 0
-        gw = (gb - ga) if ga is not None else None
+            ga, gb, src = s.start_ns, s.end_ns, "cpu range (no kernels)"
+        if not (gb > w.start_ns and ga < w.end_ns):
+            continue
+        inw.append(s)
+        partial += not (ga >= w.start_ns and gb <= w.end_ns)
+        active = union_length(ks, ke, ga, gb)
+        gw = gb - ga
         rows.append(StepRow(s.index, s.n_prefill, s.prefill_tokens, s.n_decode, s.decode_tokens, s.tokens, len(k),
-                            int((ke - ks).sum()), gw, src, active, active / gw if gw else None))
+                            int((ke - ks).sum()), gw, src, active, active / gw if gw > 0 else None))
+    pre = [s for s in inw if s.has_prefill]
+    dec = [s for s in inw if not s.has_prefill]
     row_of = {r.index: r for r in rows}
     if budget is None:
         budget_reason = "no token budget given (--budget); budget use not checked"
@@ -953,7 +951,8 @@ def step_analysis(
         over = sum(1 for s in inw if s.tokens > budget)
         below_list = tuple({"step": s.index, "N": s.n_prefill, "T": s.prefill_tokens, "M": s.n_decode,
                             "G": s.decode_tokens, "tokens": s.tokens} for s in pre if s.tokens != budget)
-    un = ~placed
+    # Kernels in the window that no step launched (samplers run after the step annotation closes).
+    un = (step_of < 0) & select_kernels(kernels, w)
     return StepReport(
         steps=len(steps), steps_in_window=len(inw), steps_partly_outside=partial, steps_with_prefill=len(pre), decode_only_steps=len(dec),
         prefill_requests=distribution(s.n_prefill for s in pre), prefill_tokens=distribution(s.prefill_tokens for s in pre),
@@ -962,7 +961,7 @@ def step_analysis(
         decode_population_with_prefill=distribution(s.n_decode for s in pre),
         tokens=distribution(s.tokens for s in inw), budget=budget, budget_reason=budget_reason,
         prefill_steps_at_budget=at, prefill_steps_below_budget=below, steps_over_budget=over, below_budget=below_list,
-        kernels_placed=int(placed.sum()), kernels_unplaced=int(un.sum()),
+        kernels_placed=sum(r.kernels for r in rows), kernels_unplaced=int(un.sum()),
         unplaced_kernel_ns=int((en_all[un] - st_all[un]).sum()),
         kernel_ns_per_step_prefill=distribution(row_of[s.index].kernel_ns for s in pre),
         kernel_ns_per_step_decode=distribution(row_of[s.index].kernel_ns for s in dec),
@@ -1012,7 +1011,12 @@ def analyze_trace(
         reason = next((n for n in trace.notes if n.startswith("no GPU kernels")), "no GPU kernels in the trace")
         for key in ("window", "kernel_active", "families", "geometry", "forwards", "sustained"):
             out[key] = {"absent": reason}
-        out["steps"] = as_dict(step_analysis(k, trace.steps, budget=budget)) if trace.steps else {"absent": "no engine-step annotations in the trace"}
+        if trace.steps:  # the steps still say what the scheduler did; window them by their own span
+            sw = Window(min(s.start_ns for s in trace.steps), max(s.end_ns for s in trace.steps),
+                        "default: first to last step annotation (no kernels)")
+            out["steps"] = as_dict(step_analysis(k, trace.steps, budget=budget, window=sw))
+        else:
+            out["steps"] = {"absent": "no engine-step annotations in the trace"}
         return out
     w = resolve_window(k, window)
     step_of = place_kernels_in_steps(k, trace.steps)

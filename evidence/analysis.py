@@ -518,7 +518,7 @@ def _comparison(a: int, b: int, points: dict[int, dict], trials_by: dict[tuple[i
     spread = max(ra, rb) if (ra is not None and rb is not None) else None
     kind, text = verdict_for(a, b, diffs, spread, repeats)
     if kind == "finding" and flags:
-        text += " (see flags)"
+        text += " (caveat: " + "; ".join(flags) + ")"
     return {
         "name": f"{label(a)} vs {label(b)}", "a": a, "b": b,
         "repeats": per, "repeats_planned": repeats, "pairs": len(diffs),

@@ -1,0 +1,363 @@
+"""Figures from the analysis and the raw records, as byte-identical PNG and SVG.
+
+Determinism (see notes/release.md): no pyplot state; each figure is a
+`matplotlib.figure.Figure` drawn by the Agg canvas inside an rc context reset
+to matplotlib's defaults plus the fixed settings in `RC` (DejaVu Sans, dpi,
+sizes, `svg.hashsalt`); PNG metadata drops "Software", SVG drops "Date" and
+"Creator"; every iteration is over sorted or plan-ordered data. Bytes depend on
+the render stack only, so `render_environment()` is recorded beside the files
+(figures/render.json) and in the report.
+
+Figures:
+  throughput_vs_concurrency  mean output throughput per point (line) with every
+                             repeat visible (markers, offset per repeat), CV noted
+  latency_vs_throughput      per latency metric: (mean throughput, mean latency)
+                             and the highest percentile; dominated points marked
+  latency_ecdf               TTFT and TPOT distributions per point (ECDF, pooled
+                             over repeats)
+  telemetry                  running and waiting requests over time, per trial,
+                             with the plateau window shaded
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+from pathlib import Path
+from typing import Any
+
+import matplotlib
+import numpy as np
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+
+from .analysis import RunData, compute_analysis, label, load_run
+from .canon import dumps, write_atomic
+from .metrics import LATENCY_METRICS, pct_key
+
+RC: dict[str, Any] = {
+    "font.family": "DejaVu Sans",
+    "font.size": 9.0,
+    "axes.titlesize": 10.0,
+    "axes.labelsize": 9.0,
+    "legend.fontsize": 8.0,
+    "xtick.labelsize": 8.0,
+    "ytick.labelsize": 8.0,
+    "figure.dpi": 100.0,
+    "savefig.dpi": 120.0,
+    "axes.grid": True,
+    "grid.alpha": 0.35,
+    "grid.linewidth": 0.6,
+    "lines.linewidth": 1.5,
+    "svg.hashsalt": "evidence-figures",
+    "svg.fonttype": "path",
+    "path.simplify": True,
+    "axes.spines.top": False,
+    "axes.spines.right": False,
+}
+DPI = 120
+COLORS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf")
+REPEAT_MARKERS = ("o", "s", "^", "D", "v", "P", "X", "<", ">", "h")
+ECDF_MAX_POINTS = 800
+FIGURE_NAMES = ("throughput_vs_concurrency", "latency_vs_throughput", "latency_ecdf", "telemetry")
+
+
+def render_environment() -> dict[str, str]:
+    """The render stack that fixes the figure bytes."""
+    from matplotlib import ft2font
+
+    try:
+        import PIL
+
+        pil = PIL.__version__
+    except ImportError:  # pragma: no cover - matplotlib depends on Pillow
+        pil = "absent"
+    return {"matplotlib": matplotlib.__version__, "numpy": np.__version__,
+            "freetype": str(ft2font.__freetype_version__), "pillow": pil, "backend": "agg"}
+
+
+def _color(i: int) -> str:
+    return COLORS[i % len(COLORS)]
+
+
+def _save(fig: Figure) -> tuple[bytes, bytes]:
+    FigureCanvasAgg(fig)
+    png, svg = io.BytesIO(), io.BytesIO()
+    fig.savefig(png, format="png", dpi=DPI, metadata={"Software": None})
+    fig.savefig(svg, format="svg", metadata={"Date": None, "Creator": None})
+    return png.getvalue(), svg.getvalue()
+
+
+def _title(fig: Figure, title: str, res: dict, size: float = 10.0) -> None:
+    """Figure title; missing/failed trials are named on a second line (inside the layout, never clipped)."""
+    flags = _flag_lines(res)
+    if flags:
+        title += "\nCAUTION - " + "; ".join(flags)
+    fig.suptitle(title, fontsize=size)
+
+
+def _log2_axis(ax, points: list[int]) -> None:
+    if len(points) > 1 and min(points) > 0:
+        ax.set_xscale("log", base=2)
+    ax.set_xticks(points)
+    ax.set_xticklabels([str(p) for p in points])
+    ax.minorticks_off()
+
+
+# ------------------------------------------------------------------ figures ----
+
+
+def _fig_throughput(res: dict) -> Figure:
+    pts = res["spec"]["points"]
+    R = res["spec"]["repeats"]
+    fig = Figure(figsize=(7.0, 4.4), layout="constrained")
+    ax = fig.add_subplot()
+    means = [p["output_throughput"]["mean"] for p in res["points"]]
+    xs = [p for p, m in zip(pts, means) if m is not None]
+    ys = [m for m in means if m is not None]
+    ax.plot(xs, ys, color="black", lw=1.4, marker="_", ms=18, mew=2, label="mean over repeats", zorder=3)
+    trials = {(t["repeat"], t["point"]): t for t in res["trials"]}
+    step = 0.05 if len(pts) > 1 else 0.0
+    for r in range(1, R + 1):
+        rx, ry, fx, fy = [], [], [], []
+        for P in pts:
+            t = trials.get((r, P))
+            if not t or t["output_throughput"] is None:
+                continue
+            x = P * 2 ** (step * (r - (R + 1) / 2))
+            (fx if t["failed"] else rx).append(x)
+            (fy if t["failed"] else ry).append(t["output_throughput"])
+        m = REPEAT_MARKERS[(r - 1) % len(REPEAT_MARKERS)]
+        ax.scatter(rx, ry, marker=m, s=30, color=_color(r - 1), label=f"repeat {r}", zorder=4)
+        if fx:
+            ax.scatter(fx, fy, marker=m, s=30, facecolors="none", edgecolors="#d62728", linewidths=1.4,
+                       label=f"repeat {r} (had failed requests)", zorder=4)
+    for p in res["points"]:
+        cv = p["output_throughput"]["cv"]
+        m = p["output_throughput"]["mean"]
+        if m is None:
+            continue
+        txt = f"CV {cv * 100:.2f}%" if cv is not None else "CV n/a"
+        txt += f"\nn={p['repeats_measured']}/{p['repeats_planned']}"
+        ax.annotate(txt, (p["point"], p["output_throughput"]["max"]), textcoords="offset points", xytext=(0, 8),
+                    ha="center", fontsize=7, color="#333333")
+    _log2_axis(ax, pts)
+    ax.set_xlabel("max concurrency")
+    ax.set_ylabel("output throughput (tok/s)")
+    if ys:
+        lo = min(min(ys), min((t["output_throughput"] for t in res["trials"] if t["output_throughput"] is not None)))
+        hi = max(max(ys), max((t["output_throughput"] for t in res["trials"] if t["output_throughput"] is not None)))
+        pad = (hi - lo) * 0.25 or hi * 0.05 or 1.0
+        ax.set_ylim(max(0.0, lo - pad), hi + pad)
+    o = res["ordering"]
+    title = f"{res['spec']['name']}: output throughput vs concurrency ({R} repeat{'s' if R != 1 else ''}, {res['spec']['order']} order)"
+    _title(fig, title, res)
+    if o["statement"]:
+        ax.text(0.01, 0.98, f"means: {o['statement']}; held in {o['held_in_repeats']} of {o['repeats_planned']} repeats"
+                f"\nsupported by paired verdicts: {o['supported_statement']}"
+                f"\nCV = {res['spec']['cv']} std / mean over repeats", transform=ax.transAxes,
+                va="top", ha="left", fontsize=7.5)
+    ax.legend(loc="lower right", frameon=False)
+    return fig
+
+
+def _flag_lines(res: dict) -> list[str]:
+    c = res["completeness"]
+    out = []
+    if c["missing"]:
+        out.append("missing trials: " + ", ".join(c["missing"]))
+    if c["with_failures"]:
+        out.append("trials with failed requests: " + ", ".join(c["with_failures"]))
+    if c["zero_completed"]:
+        out.append("trials with no completed request: " + ", ".join(c["zero_completed"]))
+    return out
+
+
+def _fig_latency_tput(res: dict) -> Figure:
+    metrics = res["spec"]["latency_metrics"]
+    pcts = res["spec"]["percentiles"]
+    top = pct_key(max(pcts)) if pcts else None
+    n = len(metrics)
+    cols = 2 if n > 1 else 1
+    rows = (n + cols - 1) // cols
+    fig = Figure(figsize=(5.0 * cols, 3.6 * rows + 0.3), layout="constrained")
+    dom = {e["point"]: e for e in res["dominance"]["points"]}
+    trials = res["trials"]
+    for k, m in enumerate(metrics):
+        ax = fig.add_subplot(rows, cols, k + 1)
+        for i, p in enumerate(res["points"]):
+            x = p["output_throughput"]["mean"]
+            mor = p["latency"][m]["mean_over_repeats"]
+            if x is None or mor is None:
+                continue
+            c = _color(i)
+            tx = [t["output_throughput"] for t in trials if t["point"] == p["point"] and t["output_throughput"] is not None
+                  and (t["latency"].get(m) or {}).get("mean") is not None]
+            ty = [t["latency"][m]["mean"] for t in trials if t["point"] == p["point"] and t["output_throughput"] is not None
+                  and (t["latency"].get(m) or {}).get("mean") is not None]
+            ax.scatter(tx, ty, s=10, color=c, alpha=0.45, zorder=2)
+            ax.scatter([x], [mor["mean"]], s=46, color=c, zorder=4, label=f"{p['label']} mean")
+            if top and mor.get(top) is not None:
+                ax.plot([x, x], [mor["mean"], mor[top]], color=c, lw=0.8, zorder=3)
+                ax.scatter([x], [mor[top]], s=46, facecolors="none", edgecolors=c, zorder=4, label=f"{p['label']} {top}")
+            d = dom.get(p["point"])
+            if d and d["dominated"]:
+                ax.scatter([x], [mor["mean"]], s=160, marker="x", color="#d62728", linewidths=1.6, zorder=5)
+                ax.annotate(f"{p['label']} dominated by {', '.join(label(q) for q in d['dominated_by'])}",
+                            (x, mor["mean"]), textcoords="offset points", xytext=(6, -12), fontsize=7, color="#a0201a")
+            else:
+                ax.annotate(p["label"], (x, mor["mean"]), textcoords="offset points", xytext=(6, 4), fontsize=7.5)
+        ax.set_xlabel("mean output throughput (tok/s)")
+        ax.set_ylabel(f"{m.upper()} (ms)")
+        ax.set_title(f"{m.upper()}: mean (filled), {top or 'no percentile'} (hollow), repeats (small)", fontsize=8.5)
+    _title(fig, f"{res['spec']['name']}: latency vs throughput operating points (x = dominated; mean over repeats)", res)
+    return fig
+
+
+def _ecdf_xy(samples_ms: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    s = np.sort(samples_ms)
+    n = s.size
+    y = np.arange(1, n + 1, dtype=np.float64) / n
+    if n > ECDF_MAX_POINTS:
+        idx = np.unique(np.linspace(0, n - 1, ECDF_MAX_POINTS).round().astype(np.int64))
+        s, y = s[idx], y[idx]
+    return s, y
+
+
+def _fig_ecdf(res: dict, data: RunData) -> Figure:
+    metrics = ("ttft", "tpot")
+    fig = Figure(figsize=(10.0, 3.9), layout="constrained")
+    by_point: dict[int, list] = {}
+    for t in data.trials:
+        if t.present:
+            by_point.setdefault(t.point, []).extend(t.records)
+    for k, m in enumerate(metrics):
+        ax = fig.add_subplot(1, len(metrics), k + 1)
+        lo, hi = None, None
+        for i, P in enumerate(res["spec"]["points"]):
+            recs = [r for r in by_point.get(P, []) if r.phase == "measure"]
+            s = np.asarray(LATENCY_METRICS[m].samples(recs), dtype=np.float64) * 1000.0
+            if s.size == 0:
+                continue
+            x, y = _ecdf_xy(s)
+            ax.step(x, y, where="post", color=_color(i), label=f"{label(P)} (n={s.size})")
+            lo = float(s.min()) if lo is None else min(lo, float(s.min()))
+            hi = float(s.max()) if hi is None else max(hi, float(s.max()))
+        if lo is not None and lo > 0 and hi / lo > 20:
+            ax.set_xscale("log")
+        if lo is None:
+            ax.text(0.5, 0.5, f"no {m.upper()} samples", transform=ax.transAxes, ha="center")
+        ax.set_xlabel(f"{m.upper()} (ms)")
+        ax.set_ylabel("fraction of requests ≤ x")
+        ax.set_ylim(0, 1.02)
+        ax.set_title(f"{m.upper()} distribution per point (ECDF, repeats pooled)", fontsize=9)
+        if lo is not None:
+            ax.legend(loc="lower right", frameon=False)
+    _title(fig, f"{res['spec']['name']}: latency distributions", res)
+    return fig
+
+
+def _fig_telemetry(res: dict, data: RunData) -> Figure:
+    pts = res["spec"]["points"]
+    R = res["spec"]["repeats"]
+    fig = Figure(figsize=(min(3.4 * len(pts), 14.0), 2.3 * R + 0.6), layout="constrained")
+    tele = {(t["repeat"], t["point"]): t for t in res["telemetry"]}
+    tds = {(t.repeat, t.point): t for t in data.trials}
+    axes = fig.subplots(R, len(pts), squeeze=False)
+    for r in range(1, R + 1):
+        for j, P in enumerate(pts):
+            ax = axes[r - 1][j]
+            td, tr = tds.get((r, P)), tele.get((r, P))
+            ttl = f"{td.id} (position {td.position})" if td else f"r{r}-c{P} (not planned)"
+            ax.set_title(ttl, fontsize=8)
+            if not td or not tr or tr["status"] != "present":
+                why = tr["absent"] if tr else "not planned"
+                ax.text(0.5, 0.5, _wrap(why, 34), transform=ax.transAxes, ha="center", va="center", fontsize=7,
+                        color="#a0201a")
+                ax.set_xticks([])
+                ax.set_yticks([])
+                continue
+            rows = td.telemetry or []
+            t = [x["t_s"] for x in rows]
+            for key, name, style in (("num_requests_running", "running", "-"), ("num_requests_waiting", "waiting", "--")):
+                vals = [(a, x[key]) for a, x in zip(t, rows) if isinstance(x.get(key), (int, float))]
+                if vals:
+                    ax.step([v[0] for v in vals], [v[1] for v in vals], where="post", ls=style, lw=1.1,
+                            color="#1f77b4" if name == "running" else "#ff7f0e", label=name)
+            w0, w1 = tr["plateau_s"]
+            ax.axvspan(w0, w1, color="#999999", alpha=0.15, lw=0, label="plateau")
+            ax.set_ylim(bottom=0)
+            if r == R:
+                ax.set_xlabel("seconds since trial t0", fontsize=7.5)
+            if j == 0:
+                ax.set_ylabel("requests", fontsize=7.5)
+    from matplotlib.lines import Line2D
+    from matplotlib.patches import Patch
+
+    handles = [Line2D([], [], color="#1f77b4", lw=1.1, label="running"),
+               Line2D([], [], color="#ff7f0e", lw=1.1, ls="--", label="waiting"),
+               Patch(color="#999999", alpha=0.15, label="plateau window (sustained values)")]
+    fig.legend(handles=handles, loc="outside lower center", ncols=3, frameon=False, fontsize=7.5)
+    _title(fig, f"{res['spec']['name']}: server-reported running / waiting requests per trial", res, size=9.5)
+    return fig
+
+
+def _wrap(text: str, width: int) -> str:
+    words, lines, cur = text.split(), [], ""
+    for w in words:
+        if cur and len(cur) + 1 + len(w) > width:
+            lines.append(cur)
+            cur = w
+        else:
+            cur = f"{cur} {w}" if cur else w
+    if cur:
+        lines.append(cur)
+    return "\n".join(lines)
+
+
+# --------------------------------------------------------------- top level ----
+
+
+def figure_bytes(data: RunData, res: dict) -> dict[str, bytes]:
+    """File name -> bytes (PNG and SVG of every figure), in a fixed order; nothing written."""
+    out: dict[str, bytes] = {}
+    with matplotlib.rc_context():
+        matplotlib.rcdefaults()
+        matplotlib.rcParams.update(RC)
+        builders = (
+            ("throughput_vs_concurrency", lambda: _fig_throughput(res)),
+            ("latency_vs_throughput", lambda: _fig_latency_tput(res)),
+            ("latency_ecdf", lambda: _fig_ecdf(res, data)),
+            ("telemetry", lambda: _fig_telemetry(res, data)),
+        )
+        for name, build in builders:
+            fig = build()
+            png, svg = _save(fig)
+            out[f"{name}.png"] = png
+            out[f"{name}.svg"] = svg
+    return out
+
+
+def render_figures(run_dir: Path, out_dir: Path | None = None, *, data: RunData | None = None,
+                   analysis: dict | None = None) -> list[Path]:
+    """Render every figure of a run to out_dir (default run_dir/figures); return the files written.
+
+    The analysis is computed in memory from the raw files (never read from analysis/); `data` and
+    `analysis` may be passed to avoid reading and computing twice.
+    """
+    run_dir = Path(run_dir)
+    data = data if data is not None else load_run(run_dir)
+    res = analysis if analysis is not None else compute_analysis(data)
+    out = Path(out_dir) if out_dir is not None else run_dir / "figures"
+    out.mkdir(parents=True, exist_ok=True)
+    files = figure_bytes(data, res)
+    written = []
+    for name, b in files.items():
+        write_atomic(out / name, b)
+        written.append(out / name)
+    manifest = {"environment": render_environment(),
+                "files": {name: hashlib.sha256(b).hexdigest() for name, b in sorted(files.items())},
+                "note": "bytes are reproducible with the same render environment (matplotlib, FreeType, Pillow)"}
+    write_atomic(out / "render.json", dumps(manifest))
+    written.append(out / "render.json")
+    return written

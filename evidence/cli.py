@@ -155,6 +155,7 @@ def plan(
 # Stage modules add their commands here; a module is listed only once it works.
 COMMAND_MODULES = (
     "evidence.cli_run",
+    "evidence.cli_release",
     "evidence.cli_trace",
 )
 

@@ -100,7 +100,7 @@ def profile_spec(spec: Spec, trace_dir: Path) -> tuple[Spec, list[str]]:
 def run_profile(spec: Spec, rd: RunDir, *, repo_root: Path, say=lambda *a, **k: None) -> dict:
     from . import engine as engine_mod
     from . import loadgen
-    from .runner import RunError, _prompts_for, _start_engine
+    from .runner import RunError, _prompts_for, _served, _start_engine
 
     pdir = rd.profile_dir
     if pdir.exists():
@@ -128,9 +128,9 @@ def run_profile(spec: Spec, rd: RunDir, *, repo_root: Path, say=lambda *a, **k: 
         for point in spec.profile.points:
             n = spec.profile_prompts_at(point)
             say(f"profiling C{point}: {n} prompts (diagnostic only, never mixed with measurements)")
-            prompts = _prompts_for(spec, repo_root, engine.base_url, engine.served_model, n, spec.workload.seed + point)
+            prompts = _prompts_for(spec, repo_root, engine.base_url, _served(spec), n, spec.workload.seed + point)
             # warm the fresh server with the same shape so compilation is outside the window
-            loadgen.run_trial(engine.base_url, engine.served_model, prompts[: min(len(prompts), point)],
+            loadgen.run_trial(engine.base_url, _served(spec), prompts[: min(len(prompts), point)],
                               max_concurrency=point, request_rate="inf", burstiness=1.0, seed=0,
                               ignore_eos=w.ignore_eos, temperature=w.temperature, phase="warmup", telemetry=False)
             before = {p for p in trace_dir.rglob("*") if p.is_file()}
@@ -138,7 +138,7 @@ def run_profile(spec: Spec, rd: RunDir, *, repo_root: Path, say=lambda *a, **k: 
             if spec.profile.tool == "torch":
                 _post(engine.base_url + "/start_profile")
             c_start_ack = _clock()
-            res = loadgen.run_trial(engine.base_url, engine.served_model, prompts, max_concurrency=point,
+            res = loadgen.run_trial(engine.base_url, _served(spec), prompts, max_concurrency=point,
                                     request_rate=w.request_rate, burstiness=w.burstiness, seed=point,
                                     ignore_eos=w.ignore_eos, temperature=w.temperature, phase="profile")
             c_stop_sent = _clock()

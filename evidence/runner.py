@@ -259,6 +259,11 @@ def _failed_trials(rd: RunDir) -> list[str]:
     return out
 
 
+def _served(spec: Spec) -> str:
+    """The model name requests carry (what the server was told to serve it as)."""
+    return spec.model.served_name or spec.model.id
+
+
 def _model_source(spec: Spec, repo_root: Path) -> Path | None:
     if spec.model.path:
         p = Path(spec.model.path)
@@ -277,12 +282,16 @@ def _prompts_for(spec: Spec, repo_root: Path, base_url: str, model: str, n: int,
             raise RunError("prompt_form 'token_ids' needs the model's vocabulary size, read from a local model folder "
                            "(model.path or model.tokenizer); none is available. Give a local path or use prompt_form: text.")
         vocab = pr.vocab_size_from_model_dir(tok_dir)
-        return pr.make_token_prompts(n, w.input_len, w.output_len, seed, vocab, range_ratio=w.range_ratio)
+        return pr.make_token_prompts(n, w.input_len, w.output_len, seed, vocab, range_ratio=w.range_ratio,
+                                     exclude=pr.special_token_ids_from_model_dir(tok_dir))
     import asyncio
 
     import aiohttp
 
-    vocab = pr.vocab_size_from_model_dir(tok_dir) if tok_dir and tok_dir.exists() else None
+    if tok_dir is None or not tok_dir.exists():
+        raise RunError("prompt_form 'text' draws random token ids before checking them with the server's /tokenize, "
+                       "so it needs the vocabulary size from a local tokenizer folder: set model.tokenizer (or model.path).")
+    vocab = pr.vocab_size_from_model_dir(tok_dir)
 
     async def _text():
         async with aiohttp.ClientSession() as s:
@@ -332,7 +341,7 @@ def _sweep(spec: Spec, plan: Plan, todo: list[Trial], rd: RunDir, engine, repo_r
                 warmed = True
             if sw.cooldown_s and k > 0:
                 time.sleep(sw.cooldown_s)
-            prompts = _prompts_for(spec, repo_root, engine.base_url, engine.served_model, trial.prompts, trial.seed)
+            prompts = _prompts_for(spec, repo_root, engine.base_url, _served(spec), trial.prompts, trial.seed)
             tmp = rd.trial_tmp(trial.id)
             if tmp.exists():
                 shutil.rmtree(tmp)  # our own leftover from this very process (cannot hold a complete trial)
@@ -340,7 +349,7 @@ def _sweep(spec: Spec, plan: Plan, todo: list[Trial], rd: RunDir, engine, repo_r
             rd.event("trial_start", trial=trial.id, index=trial.index, prompts=trial.prompts)
             bar.start_trial(trial)
             res = loadgen.run_trial(
-                engine.base_url, engine.served_model, prompts,
+                engine.base_url, _served(spec), prompts,
                 max_concurrency=trial.point, request_rate=w.request_rate, burstiness=w.burstiness,
                 seed=trial.seed, ignore_eos=w.ignore_eos, temperature=w.temperature, phase="measure",
                 on_request_done=bar.request_done,
@@ -383,9 +392,9 @@ def _warmup(spec: Spec, rd: RunDir, engine, repo_root: Path, trial: Trial) -> No
     wu = spec.sweep.warmup
     conc = wu.concurrency or trial.point
     # Warm-up prompts use their own seed so they never coincide with measured prompts.
-    prompts = _prompts_for(spec, repo_root, engine.base_url, engine.served_model, wu.requests, spec.workload.seed ^ 0x5EED)
+    prompts = _prompts_for(spec, repo_root, engine.base_url, _served(spec), wu.requests, spec.workload.seed ^ 0x5EED)
     rd.event("warmup_start", requests=wu.requests, concurrency=conc, before=trial.id)
-    res = loadgen.run_trial(engine.base_url, engine.served_model, prompts, max_concurrency=conc,
+    res = loadgen.run_trial(engine.base_url, _served(spec), prompts, max_concurrency=conc,
                             request_rate="inf", burstiness=1.0, seed=0, ignore_eos=spec.workload.ignore_eos,
                             temperature=spec.workload.temperature, phase="warmup", telemetry=False)
     rd.warmup_dir.mkdir(parents=True, exist_ok=True)

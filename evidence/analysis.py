@@ -487,31 +487,31 @@ def verdict_for(a: int, b: int, diffs: Sequence[float], spread: float | None, n_
     return "finding", f"{hi} > {lo} in every repeat"
 
 
-def _comparison(a: int, b: int, points: dict[int, dict], trials_by: dict[tuple[int, int], TrialData],
-                rows: dict[str, dict], repeats: int) -> dict:
+def _comparison(a: int, b: int, points: dict[int, dict], by_rp: dict[tuple[int, int], dict], repeats: int) -> dict:
+    """Paired comparison from point rows and trial rows keyed by (repeat, point)."""
     pa, pb = points[a], points[b]
     per = []
     diffs = []
     flags: list[str] = []
     for r in range(1, repeats + 1):
-        ta, tb = trials_by.get((r, a)), trials_by.get((r, b))
-        va = rows[ta.id]["output_throughput"] if ta and ta.present else None
-        vb = rows[tb.id]["output_throughput"] if tb and tb.present else None
+        ta, tb = by_rp.get((r, a)), by_rp.get((r, b))
+        va = ta["output_throughput"] if ta and ta["status"] == "present" else None
+        vb = tb["output_throughput"] if tb and tb["status"] == "present" else None
         d = _rel(va - vb, vb) if (va is not None and vb is not None) else None
         notes = []
         for t, v in ((ta, va), (tb, vb)):
             if t is None:
                 continue
-            if not t.present:
-                notes.append(f"{t.id} missing")
+            if t["status"] != "present":
+                notes.append(f"{t['id']} missing")
             elif v is None:
-                notes.append(f"{t.id} has no measured throughput")
-            elif rows[t.id]["failed"]:
-                notes.append(f"{t.id} had {rows[t.id]['failed']} failed request(s)")
+                notes.append(f"{t['id']} has no measured throughput")
+            elif t["failed"]:
+                notes.append(f"{t['id']} had {t['failed']} failed request(s)")
         if d is not None:
             diffs.append(d)
         flags.extend(notes)
-        per.append({"repeat": r, "trial_a": ta.id if ta else None, "trial_b": tb.id if tb else None,
+        per.append({"repeat": r, "trial_a": ta["id"] if ta else None, "trial_b": tb["id"] if tb else None,
                     "a": va, "b": vb, "diff": d,
                     "winner": None if d is None else ("a" if d > 0 else "b" if d < 0 else "tie"), "flags": notes})
     ra, rb = pa["output_throughput"]["rel_range"], pb["output_throughput"]["rel_range"]
@@ -530,6 +530,15 @@ def _comparison(a: int, b: int, points: dict[int, dict], trials_by: dict[tuple[i
                    "cv_kind": pa["output_throughput"]["std_kind"], "definition": METHODS["spread"]},
         "verdict_kind": kind, "verdict": text, "flags": flags,
     }
+
+
+def paired_comparison(res: dict, a: int, b: int) -> dict:
+    """The paired comparison of any two points of an analysis (as in res["comparisons"], without latency)."""
+    points = {p["point"]: p for p in res["points"]}
+    if a not in points or b not in points:
+        raise KeyError(f"point {a if a not in points else b} is not a point of this run")
+    by_rp = {(t["repeat"], t["point"]): t for t in res["trials"]}
+    return _round(_comparison(a, b, points, by_rp, res["spec"]["repeats"]))
 
 
 def _side_by_side(comp: dict, points: dict[int, dict], spec: Spec) -> list[dict]:
@@ -908,10 +917,11 @@ def compute_analysis(data: RunData) -> dict:
     points_l = [_point_row(P, by_point.get(P, []), rows, spec) for P in spec.sweep.points]
     points = {p["point"]: p for p in points_l}
     repeats = spec.sweep.repeats
-    comps = [_comparison(c.a, c.b, points, trials_by, rows, repeats) for c in spec.analysis.comparisons]
+    by_rp = {(t.repeat, t.point): rows[t.id] for t in data.trials}
+    comps = [_comparison(c.a, c.b, points, by_rp, repeats) for c in spec.analysis.comparisons]
     for c in comps:
         c["latency_side_by_side"] = _side_by_side(c, points, spec)
-    adj = [_comparison(lo, hi, points, trials_by, rows, repeats) for lo, hi in zip(spec.sweep.points, spec.sweep.points[1:])]
+    adj = [_comparison(lo, hi, points, by_rp, repeats) for lo, hi in zip(spec.sweep.points, spec.sweep.points[1:])]
     telemetry = [_telemetry_row(t, rows[t.id]) for t in data.trials]
     tele_by_point: dict[int, dict[str, float | None]] = {}
     for P in spec.sweep.points:

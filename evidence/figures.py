@@ -339,18 +339,18 @@ def figure_bytes(data: RunData, res: dict) -> dict[str, bytes]:
 
 
 def render_figures(run_dir: Path, out_dir: Path | None = None, *, data: RunData | None = None,
-                   analysis: dict | None = None) -> list[Path]:
+                   analysis: dict | None = None, rendered: dict[str, bytes] | None = None) -> list[Path]:
     """Render every figure of a run to out_dir (default run_dir/figures); return the files written.
 
     The analysis is computed in memory from the raw files (never read from analysis/); `data` and
-    `analysis` may be passed to avoid reading and computing twice.
+    `analysis` (and `rendered`, the output of figure_bytes) may be passed to avoid doing it twice.
     """
     run_dir = Path(run_dir)
     data = data if data is not None else load_run(run_dir)
     res = analysis if analysis is not None else compute_analysis(data)
     out = Path(out_dir) if out_dir is not None else run_dir / "figures"
     out.mkdir(parents=True, exist_ok=True)
-    files = figure_bytes(data, res)
+    files = rendered if rendered is not None else figure_bytes(data, res)
     written = []
     for name, b in files.items():
         write_atomic(out / name, b)

@@ -157,6 +157,7 @@ COMMAND_MODULES = (
     "evidence.cli_run",
     "evidence.cli_release",
     "evidence.cli_trace",
+    "evidence.cli_analysis",
 )
 
 

@@ -158,6 +158,7 @@ COMMAND_MODULES = (
     "evidence.cli_release",
     "evidence.cli_trace",
     "evidence.cli_analysis",
+    "evidence.cli_engine",
 )
 
 

@@ -673,7 +673,7 @@ def _engine_section(spec: Spec, engine: Any, engine_python: str | None, root: Pa
 
 
 def collect_provenance(
-    spec: Spec,
+    spec: Spec | None,
     *,
     repo_root: str | os.PathLike,
     engine: Any = None,
@@ -683,26 +683,42 @@ def collect_provenance(
     spec_sha256: str | None = None,
     hash_weights: bool = True,
 ) -> dict[str, Any]:
-    """Everything provenance.json records (redacted), with the pin checks under "pins"."""
+    """Everything provenance.json records (redacted), with the pin checks under "pins".
+
+    `spec` None: only what does not depend on a spec (no model, no pins; the
+    engine python is `.venv-vllm/bin/python` under repo_root when there is one).
+    `code_commit`/`code_dirty` (or EVIDENCE_CODE_COMMIT / EVIDENCE_CODE_DIRTY=0|1)
+    stand in for git when the tree has no .git (e.g. a copied checkout).
+    """
     root = Path(repo_root).resolve()
     from . import __version__
 
-    engine_sec, py = _engine_section(spec, engine, engine_python, root)
+    if spec is None:
+        default_py = root / ".venv-vllm" / "bin" / "python"
+        py = engine_python or (str(default_py) if default_py.exists() else None)
+        from .engine import engine_build
+
+        build = engine_build(py) if py else None
+        engine_sec = {"kind": None, "build": build, "version": (build or {}).get("version"),
+                      "version_source": "installed distribution" if build else None, "python": py}
+    else:
+        engine_sec, py = _engine_section(spec, engine, engine_python, root)
     env_engine = dict(getattr(engine, "env_applied", {}) or {})
     visible = (env_engine.get("CUDA_VISIBLE_DEVICES") or {}).get("value") if env_engine else None
     if visible is None:
-        visible = spec.engine.env.get("CUDA_VISIBLE_DEVICES", os.environ.get("CUDA_VISIBLE_DEVICES"))
+        spec_env = spec.engine.env if spec is not None else {}
+        visible = spec_env.get("CUDA_VISIBLE_DEVICES", os.environ.get("CUDA_VISIBLE_DEVICES"))
     prov: dict[str, Any] = {
         "schema": "evidence.provenance/1",
         "collected_at": _now(),
         "evidence_version": __version__,
-        "spec": {"name": spec.name, "sha256": spec_sha256},
+        "spec": {"name": spec.name if spec else None, "sha256": spec_sha256},
         "host": host_info(),
         "container": container_info(),
         "accelerator": accelerator_info(visible),
         "python": {"harness": harness_python()},
         "engine": engine_sec,
-        "model": model_info(spec, root, hash_weights=hash_weights),
+        "model": model_info(spec, root, hash_weights=hash_weights) if spec else None,
         "git": git_info(root, code_commit, code_dirty),
         "env": {
             "allow_list": {"prefixes": list(ENV_PREFIXES), "names": list(ENV_NAMES)},
@@ -711,17 +727,17 @@ def collect_provenance(
                                for k, v in sorted(env_engine.items())},
         },
     }
-    if py and spec.engine.kind == "vllm":
+    if py and (spec is None or spec.engine.kind == "vllm"):
         prov["python"]["engine"] = engine_python_info(py)
     if engine is not None and hasattr(engine, "resolved") and getattr(engine, "alive", lambda: False)():
         try:
             res = engine.resolved()
             rev = res.get("revision")
-            if rev and rev.get("value"):
+            if rev and rev.get("value") and prov.get("model"):
                 prov["model"]["revision_reported"] = rev["value"]
         except Exception:
             pass
-    prov["pins"] = check_pins(spec, prov)
+    prov["pins"] = check_pins(spec, prov) if spec is not None else []
     return redact(prov)
 
 

@@ -55,6 +55,7 @@ REPORTED_METRICS = ("ttft", "tpot", "itl", "e2el")  # latency metrics given for 
 PLATEAU_TRIM = 0.2  # telemetry plateau: drop the first and last 20% of the measured interval
 PLATEAU_MIN_SAMPLES = 3
 JSON_DECIMALS = 9
+CLIENT_CPU_WARN = 0.9  # flag a trial whose load generator used >= 90% of one core (meta.json client_cpu_util)
 
 # Fixed decimals per column kind (CSV). "count" columns are integers.
 CSV_DECIMALS = {
@@ -247,8 +248,11 @@ def _load_trial(td: TrialData, d: Path) -> None:
     else:
         td.load_problems.append("requests.jsonl is missing")
     tl = d / "telemetry.jsonl"
+    tmeta = (td.meta or {}).get("telemetry")
+    why = tmeta.get("reason") if isinstance(tmeta, dict) and tmeta.get("reason") else None
     if not tl.is_file():
-        td.telemetry_absent = "no telemetry.jsonl in the trial (the server's metrics were not sampled)"
+        td.telemetry_absent = "no telemetry.jsonl in the trial" + (f" ({why})" if why else
+                                                                   " (the server's metrics were not sampled)")
         return
     rows = []
     for line in tl.read_text(encoding="utf-8").splitlines():
@@ -262,7 +266,7 @@ def _load_trial(td: TrialData, d: Path) -> None:
     rows.sort(key=lambda r: r["t_s"])
     td.telemetry = rows
     if not rows:
-        td.telemetry_absent = "telemetry.jsonl holds no samples"
+        td.telemetry_absent = "telemetry.jsonl holds no samples" + (f" ({why})" if why else "")
 
 
 # ------------------------------------------------------------- arithmetic ----
@@ -287,6 +291,10 @@ def _median(xs: Sequence[float]) -> float | None:
     if n == 0:
         return None
     return float(s[n // 2]) if n % 2 else (s[n // 2 - 1] + s[n // 2]) / 2.0
+
+
+def _num(x: Any) -> float | None:
+    return float(x) if isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) else None
 
 
 def _rel(num: float | None, den: float | None) -> float | None:
@@ -337,6 +345,7 @@ def _trial_row(td: TrialData, spec: Spec) -> dict:
     flags: list[str] = []
     if not td.present:
         row.update({"requests": None, "completed": None, "failed": None, "errors": {}, "duration_s": None,
+                    "client_cpu_util": None, "dispatch_lag_max_s": None,
                     "output_throughput": None, "request_throughput": None, "total_output_tokens": None,
                     "output_len_mismatches": None, "chunk_usage_mismatches": None, "prompt_len_nominal_mean": None,
                     "prompt_tokens_server": None, "latency": {m: None for m in LATENCY_METRICS},
@@ -354,7 +363,13 @@ def _trial_row(td: TrialData, spec: Spec) -> dict:
         "prompt_tokens_server": tm["prompt_tokens_server"],
         "latency": {m: tm[m + "_ms"] for m in LATENCY_METRICS},
         "absent": dict(tm["absent"]),
+        "client_cpu_util": _num((td.meta or {}).get("client_cpu_util")),
+        "dispatch_lag_max_s": _num(((td.meta or {}).get("dispatch_lag_s") or {}).get("max")
+                                   if isinstance((td.meta or {}).get("dispatch_lag_s"), dict) else None),
     })
+    if row["client_cpu_util"] is not None and row["client_cpu_util"] >= CLIENT_CPU_WARN:
+        flags.append(f"load generator used {row['client_cpu_util'] * 100:.0f}% of a CPU core: the client may be "
+                     "the bottleneck")
     if tm["requests"] == 0:
         flags.append("no measured request records")
     if tm["failed"]:
@@ -1024,13 +1039,15 @@ def csv_tables(res: dict) -> dict[str, str]:
          ("failed", "count"), ("duration_s", "s"), ("output_throughput_tok_s", "tok_s"),
          ("request_throughput_req_s", "req_s"), ("output_tokens", "count"), ("output_len_mismatches", "count"),
          ("chunk_usage_mismatches", "count"), ("prompt_len_nominal_mean", "tokens"),
-         ("prompt_tokens_server_mean", "tokens")] + lat_cols + [("flags", "text")]
+         ("prompt_tokens_server_mean", "tokens"), ("client_cpu_util_pct", "pct"),
+         ("dispatch_lag_max_s", "s")] + lat_cols + [("flags", "text")]
     rows = []
     for t in res["trials"]:
         r = [t["index"], t["id"], t["repeat"], t["point"], t["position"], t["status"], t["requests_planned"],
              t["requests"], t["completed"], t["failed"], t["duration_s"], t["output_throughput"],
              t["request_throughput"], t["total_output_tokens"], t["output_len_mismatches"],
-             t["chunk_usage_mismatches"], t["prompt_len_nominal_mean"], (t["prompt_tokens_server"] or {}).get("mean")]
+             t["chunk_usage_mismatches"], t["prompt_len_nominal_mean"], (t["prompt_tokens_server"] or {}).get("mean"),
+             t["client_cpu_util"], t["dispatch_lag_max_s"]]
         for m in REPORTED_METRICS:
             d = t["latency"].get(m) or {}
             r += [d.get(s) for s in stats]

@@ -58,18 +58,27 @@ def _flatten(obj: Any, prefix: str = "") -> dict[str, Any]:
             out[prefix] = {}
         for k in sorted(obj, key=str):
             out.update(_flatten(obj[k], f"{prefix}.{k}" if prefix else str(k)))
-    elif isinstance(obj, list) and obj and all(isinstance(x, dict) for x in obj) and \
-            all(("name" in x or "pin" in x) for x in obj):
+    elif isinstance(obj, list) and obj and all(isinstance(x, dict) for x in obj) and _list_key(obj):
+        kf = _list_key(obj)
         for x in obj:
-            key = str(x.get("name", x.get("pin")))
-            rest = {k: v for k, v in x.items() if k not in ("name", "pin")}
+            key = str(x.get(kf))
+            rest = {k: v for k, v in x.items() if k != kf}
             if set(rest) == {"version"}:
                 out[f"{prefix}.{key}"] = rest["version"]
             else:
-                out.update(_flatten(rest, f"{prefix}.{key}"))
+                out.update(_flatten(rest, f"{prefix}[{kf}={key}]"))
     else:
         out[prefix] = obj
     return out
+
+
+def _list_key(items: list[dict]) -> str | None:
+    """The field that names each item of a list uniquely (pin, index, name), if any."""
+    for k in ("pin", "index", "name", "id"):
+        vals = [x.get(k) for x in items]
+        if all(v is not None for v in vals) and len(set(map(str, vals))) == len(vals):
+            return k
+    return None
 
 
 def diff_dicts(a: Any, b: Any, limit: int = MAX_DIFFS_PER_KEY) -> list[dict]:

@@ -166,37 +166,37 @@ def _setup_tables(data: RunData, res: dict) -> list[dict]:
     ]
     out = [table("Experiment (from spec.resolved.json)", ["setting", "value"], rows, "ll")]
     prov = data.provenance or {}
-    prow = []
-    for k in ("host", "accelerator", "engine", "python", "git", "model", "os", "cpu", "container"):
-        if k in prov:
-            prow.append((k, _brief(prov[k])))
-    pk = prov.get("packages")
-    if isinstance(pk, dict):
-        prow.append(("packages", f"{len(pk)} recorded; " + ", ".join(f"{n} {pk[n]}" for n in sorted(pk)
-                                                                    if n.lower() in _KEY_PACKAGES)))
-    elif isinstance(pk, list):
-        prow.append(("packages", f"{len(pk)} recorded"))
+    prow = _provenance_rows(prov)
     if prow:
-        out.append(table("Environment found (provenance.json"
-                         + (f"; later restarts: {', '.join(res['setup']['provenance_files'][1:])}" if len(res['setup']['provenance_files']) > 1 else "")
-                         + ")", ["item", "value"], prow, "ll"))
+        later = res["setup"]["provenance_files"][1:]
+        out.append(table("Environment found (provenance.json" + (f"; after engine restarts also {', '.join(later)}"
+                                                                 if later else "") + ")", ["item", "value"], prow, "ll"))
+    elif not prov:
+        out.append(table("Environment found", ["item", "value"], [("provenance.json", "absent from the run")], "ll"))
     er = res["setup"]["engine_resolved"]
     if isinstance(er, dict) and er:
         rows = []
         for k in sorted(er):
             v = er[k]
             if isinstance(v, dict) and "value" in v:
-                rows.append((k, text(v.get("value")), text(v.get("source"))))
+                req = text(v["requested"]) if "requested" in v else ""
+                src = text(v.get("source")) + (f"; {v['also']}" if v.get("also") else "")
+                rows.append((k, text(v.get("value")), req, src))
             else:
-                rows.append((k, text(v), "n/a"))
-        out.append(table("What the engine resolved (engine/resolved.json): scheduler and memory settings with the "
-                         "place each value was read", ["setting", "value", "source"], rows, "lll"))
+                rows.append((k, text(v), "", "n/a"))
+        changes = res["setup"]["engine_resolved_changes"]
+        out.append(table("What the engine resolved (engine/resolved.json): scheduler and memory settings, what the "
+                         "spec asked for, and where each value was read", ["setting", "value", "requested", "source"],
+                         rows, "llll", ("After an engine restart some settings resolved differently: " + "; ".join(
+                             f"{c['name']}: {text(c['first'])} -> {text(c['this'])} ({c['file']})" for c in changes))
+                         if changes else ""))
     pins = res["setup"]["pins"]
     if pins:
         out.append(table("Pins: requested by the spec vs effective in the environment",
-                         ["pin", "requested", "effective", "holds"],
+                         ["pin", "requested", "effective", "holds", "note"],
                          [(text(p.get("pin")), text(p.get("requested")), text(p.get("effective")),
-                           "yes" if p.get("ok") else "NO") for p in pins if isinstance(p, dict)], "llll"))
+                           "yes" if p.get("ok") else "NO", text(p.get("note")) if p.get("note") else "")
+                          for p in pins if isinstance(p, dict)], "lllll"))
     order_rows = []
     by_rep: dict[int, list] = {}
     for t in res["trials"]:
@@ -209,14 +209,61 @@ def _setup_tables(data: RunData, res: dict) -> list[dict]:
     return out
 
 
+def _provenance_rows(prov: dict) -> list[tuple[str, str]]:
+    """A few readable lines from provenance.json (free-form: every key is optional)."""
+    rows: list[tuple[str, str]] = []
+    if not isinstance(prov, dict):
+        return rows
+    if "host" in prov:
+        rows.append(("host", _brief(prov["host"])))
+    if "container" in prov:
+        rows.append(("container", _brief(prov["container"])))
+    acc = prov.get("accelerator")
+    if isinstance(acc, dict):
+        devs = [d for d in acc.get("devices") or [] if isinstance(d, dict)]
+        if devs:
+            names = sorted({str(d.get("name")) for d in devs})
+            extra = ", ".join(f"{k} {acc[k]}" for k in ("driver", "cuda_driver_version") if acc.get(k))
+            rows.append(("accelerator", f"{len(devs)} x {', '.join(names)}" + (f" ({extra})" if extra else "")
+                         + (f"; visible {acc['visible_count']}" if "visible_count" in acc else "")))
+        else:
+            rows.append(("accelerator", f"none found ({acc.get('how', 'no detail')})" if acc.get("found") == "none"
+                         else _brief(acc)))
+    elif acc is not None:
+        rows.append(("accelerator", _brief(acc)))
+    if "engine" in prov:
+        rows.append(("engine", _brief(prov["engine"])))
+    py = prov.get("python")
+    if isinstance(py, dict) and any(isinstance(py.get(k), dict) for k in ("harness", "engine")):
+        for side in ("harness", "engine"):
+            info = py.get(side)
+            if not isinstance(info, dict):
+                continue
+            pk = info.get("packages") if isinstance(info.get("packages"), dict) else {}
+            keys = ", ".join(f"{n} {pk[n]}" for n in sorted(pk, key=str.lower) if n.lower() in _KEY_PACKAGES)
+            rows.append((f"python ({side})", f"{info.get('version', 'n/a')}; {len(pk)} packages recorded"
+                         + (f"; {keys}" if keys else "") + (f"; {info['error']}" if info.get("error") else "")))
+    elif py is not None:
+        rows.append(("python", _brief(py)))
+    pk = prov.get("packages")
+    if isinstance(pk, dict):
+        rows.append(("packages", f"{len(pk)} recorded; " + ", ".join(
+            f"{n} {pk[n]}" for n in sorted(pk, key=str.lower) if n.lower() in _KEY_PACKAGES)))
+    if "model" in prov:
+        rows.append(("model", _brief(prov["model"])))
+    if "git" in prov:
+        rows.append(("git", _brief(prov["git"])))
+    return rows
+
+
 _KEY_PACKAGES = {"vllm", "torch", "transformers", "numpy", "matplotlib", "aiohttp", "pydantic", "triton", "flashinfer",
                  "flash-attn", "flash_attn", "evidence"}
 
 
-def _brief(v: Any, limit: int = 220) -> str:
+def _brief(v: Any, limit: int = 260) -> str:
     if isinstance(v, dict):
-        parts = [f"{k}={_brief(v[k], 60)}" for k in sorted(v) if not isinstance(v[k], (dict, list))]
-        s = ", ".join(parts) if parts else json.dumps(v, sort_keys=True)
+        parts = [f"{k}={_brief(v[k], 70)}" for k in sorted(v) if not isinstance(v[k], (dict, list))]
+        s = ", ".join(parts) if parts else f"{len(v)} entries"
     elif isinstance(v, list):
         s = "; ".join(_brief(x, 80) for x in v)
     else:
@@ -381,10 +428,13 @@ def _trials_table(res: dict) -> dict:
         rows.append((t["id"], num(t["repeat"]), label(t["point"]), num(t["position"]), t["status"], num(t["requests"]),
                      num(t["completed"]), num(t["failed"]), num(t["duration_s"], 3), num(t["output_throughput"]),
                      num((lat.get("ttft") or {}).get("mean"), 2), num((lat.get("tpot") or {}).get("mean"), 2),
+                     pct(t["client_cpu_util"], d=0) if t["client_cpu_util"] is not None else "n/a",
                      _flags(t["flags"])))
     return table("Every trial, in execution order", ["trial", "repeat", "point", "position", "status", "requests",
                                                      "completed", "failed", "duration s", "tok/s", "mean TTFT ms",
-                                                     "mean TPOT ms", "flags"], rows, "lrlrlrrrrrrrl")
+                                                     "mean TPOT ms", "client CPU", "flags"], rows, "lrlrlrrrrrrrrl",
+                 "client CPU: the load generator's CPU time / trial wall time (meta.json); near 100% the client, "
+                 "not the server, may limit throughput.")
 
 
 def profile_results(run_dir: Path) -> list[tuple[str, Any]]:

@@ -173,11 +173,8 @@ def build_run(root: Path, *, spec: Spec | None = None, run_id: str = "fixture-ru
         "tool": {"name": "evidence", "version": "0.1.0"},
     })
     write_json(run / "provenance.json", provenance if provenance is not None else default_provenance(spec))
-    write_json(run / "engine" / "resolved.json", engine_resolved if engine_resolved is not None else {
-        "enable_chunked_prefill": {"value": True, "source": "server log: 'Chunked prefill is enabled'"},
-        "max_num_batched_tokens": {"value": 2048, "source": "server log: scheduler config"},
-        "max_num_seqs": {"value": 256, "source": "default of vllm 0.32.0"},
-    })
+    write_json(run / "engine" / "resolved.json", engine_resolved if engine_resolved is not None else
+               default_engine_resolved(spec))
     for t in plan.trials:
         if t.id in missing:
             continue
@@ -202,19 +199,50 @@ def build_run(root: Path, *, spec: Spec | None = None, run_id: str = "fixture-ru
     return run
 
 
-def default_provenance(spec: Spec) -> dict:
-    return {
-        "host": {"hostname": "fixture-host", "cpu": "x86-64 (2 cores)", "os": "Linux 6.1"},
-        "accelerator": {"kind": "cpu", "name": None, "count": 0},
-        "engine": {"name": "vllm", "version": spec.engine.version or "0.32.0"},
-        "git": {"commit": "0" * 40, "dirty": False},
-        "python": "3.11.7",
-        "packages": {"numpy": "2.4.6", "matplotlib": "3.11.2", "vllm": spec.engine.version or "0.32.0"},
-        "pins": [
-            {"pin": "engine.version", "requested": spec.engine.version, "effective": spec.engine.version, "ok": True},
-            {"pin": "hardware.accelerator", "requested": None, "effective": None, "ok": True},
-        ],
+def default_provenance(spec: Spec, *, engine_version: str | None = None, accelerator: list[str] | None = None,
+                       packages: dict[str, str] | None = None, hostname: str = "fixture-host") -> dict:
+    """A provenance.json shaped like evidence.provenance.collect_provenance's, pins checked by check_pins."""
+    from evidence.provenance import check_pins
+
+    ev = engine_version or spec.engine.version or "0.32.0"
+    devs = [{"index": i, "name": n, "uuid": f"GPU-{i:04d}", "visible": True} for i, n in enumerate(accelerator or [])]
+    pk = {"numpy": "2.4.6", "matplotlib": "3.11.2", "pydantic": "2.12.0"}
+    epk = {"vllm": ev, "torch": "2.9.0+cpu", "transformers": "4.57.0"}
+    epk.update(packages or {})
+    prov = {
+        "schema": "evidence.provenance/1",
+        "collected_at": "2026-05-28T20:26:40Z",
+        "host": {"hostname": hostname, "kernel": "6.1.0", "os": "Debian GNU/Linux 12", "cpu_count": 2},
+        "container": {"in_container": True},
+        "accelerator": ({"found": "nvidia-smi", "how": "nvidia-smi -q -x", "driver": "570.1", "count": len(devs),
+                         "visible_count": len(devs), "devices": devs} if devs else
+                        {"found": "none", "how": "pynvml is not importable; nvidia-smi is not on PATH", "count": 0,
+                         "visible_count": 0, "devices": []}),
+        "python": {"harness": {"version": "3.11.7", "packages": pk},
+                   "engine": {"version": "3.11.7", "packages": epk}},
+        "engine": {"kind": spec.engine.kind, "version": ev, "version_source": "vllm.__version__"},
+        "model": {"id": spec.model.id, "load_format": spec.model.load_format},
+        "git": {"present": True, "commit": "0" * 40, "dirty": False, "commit_source": "git"},
     }
+    prov["pins"] = check_pins(spec, prov)
+    return prov
+
+
+def default_engine_resolved(spec: Spec, **override: Any) -> dict:
+    """engine/resolved.json as evidence.engine.combine_resolved writes it: {name: {value, source, requested?}}."""
+    d = {
+        "engine_version": {"value": spec.engine.version, "source": "server log: 'vLLM API server version'"},
+        "enable_chunked_prefill": {"value": True, "source": "server log: 'Chunked prefill is enabled'"},
+        "max_num_batched_tokens": {"value": 2048, "source": "server log: scheduler config"},
+        "max_num_seqs": {"value": 256, "source": "not reported by the engine"},
+        "max_model_len": {"value": spec.engine.args.max_model_len, "source": "server log: model config",
+                          "requested": spec.engine.args.max_model_len},
+        "dtype": {"value": spec.engine.args.dtype, "source": "server log: model config",
+                  "requested": spec.engine.args.dtype},
+    }
+    for k, v in override.items():
+        d[k] = dict(d.get(k, {"source": "test"}), value=v)
+    return d
 
 
 def read_text_tree(folder: Path) -> dict[str, bytes]:
@@ -223,4 +251,5 @@ def read_text_tree(folder: Path) -> dict[str, bytes]:
 
 
 __all__ = ["demo_spec", "trial_records", "trial_telemetry", "build_run", "default_provenance", "read_text_tree",
+           "default_engine_resolved",
            "DEFAULT_BASE", "DEFAULT_REPEAT_FACTOR", "dumps"]

@@ -873,6 +873,22 @@ def source_date_epoch(head_commit: Any) -> tuple[int, str]:
     return int(head_commit.committed_date), f"commit time of {head_commit.hexsha}"
 
 
+def _refuse_bad_payload(staging: Path, workers: int | None) -> None:
+    """Names every filesystem and BagIt tool can hold, and no secret: nothing publishable may carry one."""
+    inv = inventory(staging / PAYLOAD_DIR)
+    bad = [(f"{PAYLOAD_DIR}/{r}", why) for r in inv.files if (why := _freeze_name_problems(r))]
+    pp = path_problems((f"{PAYLOAD_DIR}/{r}", "payload") for r in inv.files)
+    bad += [(f.path, f.message) for fs in pp.values() for f in fs]
+    if bad:
+        raise ReleaseError("file names in the payload cannot be released: "
+                           + "; ".join(f"{p!r} {w}" for p, w in bad[:8]) + ". Rename them in the run directory.")
+    secrets = scan_secrets(staging / PAYLOAD_DIR, inv.files, workers=workers)
+    if secrets:
+        raise ReleaseError(f"found {len(secrets)} unredacted secret(s) in the payload: "
+                           + "; ".join(f"data/{s}" for s in secrets[:8]) + (" ..." if len(secrets) > 8 else "")
+                           + ". Redact them in the run directory (values shown masked) and freeze again.")
+
+
 def tag_message(tag: str, commit: str | None, digests: dict[str, str], tar_sha: str) -> str:
     lines = [f"evidence release {tag}", ""]
     lines += [f"{name} sha256:{digests[name]}" for name in (MANIFEST, TAGMANIFEST, RELEASE_JSON)]
@@ -943,10 +959,12 @@ def freeze(
     staging = Path(tempfile.mkdtemp(prefix=f".tmp-{tag}-", dir=releases))
     created: list[Path] = []
     try:
-        # 1. raw, copied byte for byte (derived folders are never copied: they are regenerated)
+        # 1. raw, copied byte for byte (derived folders are never copied: they are regenerated);
+        #    names and secrets are checked on raw first, so a refusal comes before the slow part
         for p in run_paths:
             copy_tree_files(p, staging / payload_path("raw", p.name), skip_top=DERIVED_ROLES)
             say(f"copied raw files of {p.name}")
+        _refuse_bad_payload(staging, workers)
         # 2. derived, regenerated from the copied raw exactly as verify will
         work = staging / ".work"
         for p in run_paths:
@@ -964,21 +982,9 @@ def freeze(
                     os.replace(o, dest)
             say(f"regenerated analysis, figures and report of {p.name}")
         shutil.rmtree(work)
-        # 3. names every filesystem and BagIt tool can hold
-        inv = inventory(staging / PAYLOAD_DIR)
-        bad = [(f"{PAYLOAD_DIR}/{r}", why) for r in inv.files if (why := _freeze_name_problems(r))]
-        pp = path_problems((f"{PAYLOAD_DIR}/{r}", "payload") for r in inv.files)
-        bad += [(f.path, f.message) for fs in pp.values() for f in fs]
-        if bad:
-            raise ReleaseError("file names in the payload cannot be released: "
-                               + "; ".join(f"{p!r} {w}" for p, w in bad[:8]) + ". Rename them in the run directory.")
-        # 4. secrets: nothing publishable may carry one
-        secrets = scan_secrets(staging / PAYLOAD_DIR, inv.files, workers=workers)
-        if secrets:
-            raise ReleaseError(f"found {len(secrets)} unredacted secret(s) in the payload: "
-                               + "; ".join(f"data/{s}" for s in secrets[:8]) + (" ..." if len(secrets) > 8 else "")
-                               + ". Redact them in the run directory (values shown masked) and freeze again.")
-        # 5. metadata and manifests
+        # 3. the whole payload again, now with the regenerated files
+        _refuse_bad_payload(staging, workers)
+        # 4. metadata and manifests
         meta = {
             "format": FORMAT,
             "tag": tag,
@@ -999,7 +1005,7 @@ def freeze(
         }
         meta = seal(staging, meta, workers=workers)
         digests = {n: sha256_bytes((staging / n).read_bytes()) for n in (MANIFEST, TAGMANIFEST, RELEASE_JSON)}
-        # 6. into place, then the archive beside it
+        # 5. into place, then the archive beside it
         os.replace(staging, final)
         created.append(final)
         created.append(tar_path)
@@ -1007,7 +1013,7 @@ def freeze(
         created.append(sha_path)
         write_atomic(sha_path, f"{tar_sha}  {tar_path.name}\n")
         say(f"wrote {final} and {tar_path} (sha256 {tar_sha})")
-        # 7. commit the folder, the tar and its sha256; then the annotated tag
+        # 6. commit the folder, the tar and its sha256; then the annotated tag
         paths = [str(p.relative_to(repo_root)) for p in (final, tar_path, sha_path)]
         n_files = sum(1 for f in meta["files"])
         n_bytes = sum(f["bytes"] for f in meta["files"])

@@ -404,6 +404,73 @@ def _fetch_int_columns(con: sqlite3.Connection, sql: str, ncols: int, nrows: int
     return np.concatenate(parts) if parts else np.zeros((0, ncols), dtype=np.int64)
 
 
+def _fetch_packed(con: sqlite3.Connection, table: str, exprs: Sequence[str | None], nrows: int) -> list[np.ndarray]:
+    """Integer SQL expressions over a table as int64 columns, NULL (or a None expr) -> -1.
+
+    sqlite3 builds a Python int per value and a tuple per row, which is nearly all
+    of the cost of a fetch. So a first pass takes each expression's range, and the
+    second fetches the expressions shifted to start at 1 (0 = NULL) and bit-packed,
+    several to a 62-bit word; numpy unpacks them. Exact for any values: an
+    expression whose range needs more than 62 bits is fetched as it is. Falls back
+    to a plain fetch if a column holds non-integers.
+    """
+    out = _LazyMissing(nrows, len(exprs))
+    live = [(i, e) for i, e in enumerate(exprs) if e is not None]
+    if nrows == 0 or not live:
+        return out.done()
+    agg = ", ".join(f"min({e}), max({e})" for _, e in live)
+    bounds = con.execute(f"SELECT {agg} FROM {table}").fetchone()
+    if not all(b is None or isinstance(b, int) for b in bounds):
+        raw = _fetch_int_columns(con, f"SELECT {', '.join(f'COALESCE({e}, -1)' for _, e in live)} FROM {table}", len(live), nrows)
+        for j, (i, _) in enumerate(live):
+            out[i] = raw[:, j].copy()
+        return out.done()
+    words: list[list[tuple[int, int, int, int]]] = []  # per word: (column, lo, width, shift)
+    raw_cols: list[tuple[int, str]] = []
+    used = 63
+    for j, (i, e) in enumerate(live):
+        lo, hi = bounds[2 * j], bounds[2 * j + 1]
+        if lo is None:  # all NULL
+            continue
+        lo -= 1  # so the smallest value packs as 1 and NULL as 0
+        width = (hi - lo).bit_length()
+        if width > 62:
+            raw_cols.append((i, e))
+            continue
+        if used + width > 62:
+            words.append([])
+            used = 0
+        words[-1].append((i, lo, width, used))
+        used += width
+    sql = [f"COALESCE({exprs[i]}, -1)" for i, _ in raw_cols]
+    for w in words:
+        sql.append(" | ".join(f"((COALESCE({exprs[i]}, {lo}) - ({lo})) << {sh})" for i, lo, _, sh in w))
+    if not sql:
+        return out.done()
+    data = _fetch_int_columns(con, f"SELECT {', '.join(sql)} FROM {table}", len(sql), nrows)
+    for j, (i, _) in enumerate(raw_cols):
+        out[i] = data[:, j].copy()
+    for k, w in enumerate(words):
+        word = data[:, len(raw_cols) + k]
+        for i, lo, width, sh in w:
+            v = (word >> sh) & ((1 << width) - 1)
+            col = v + lo
+            col[v == 0] = -1
+            out[i] = col
+    return out.done()
+
+
+class _LazyMissing(dict):
+    """Columns by index; those never set become -1 arrays only at the end."""
+
+    def __init__(self, nrows: int, ncols: int) -> None:
+        super().__init__()
+        self.nrows, self.ncols = nrows, ncols
+
+    def done(self) -> list[np.ndarray]:
+        return [self[i] if i in self else np.full(self.nrows, -1, np.int64) for i in range(self.ncols)]
+
+
 def _strings_for(con: sqlite3.Connection, ids: np.ndarray) -> dict[int, str]:
     """StringIds values for the given ids (only the distinct ones are looked up)."""
     uniq = [int(i) for i in np.unique(ids) if i >= 0]
@@ -491,11 +558,13 @@ def _load_nsys(con: sqlite3.Connection, p: Path, tables: set[str]) -> Trace:
     if absent:
         notes.append(f"nsys kernel table lacks optional column(s) {', '.join(absent)}: filled with -1.")
 
-    select = ", ".join(f'COALESCE("{c}", -1)' if c in have else "-1" for _, c, _ in _NSYS_KERNEL_NUMERIC)
+    # end is fetched as the duration: a small range, so it packs into few bits.
+    exprs = [("\"end\" - \"start\"" if c == "end" else f'"{c}"') if c in have else None for _, c, _ in _NSYS_KERNEL_NUMERIC]
     nrows = con.execute("SELECT COUNT(*) FROM CUPTI_ACTIVITY_KIND_KERNEL").fetchone()[0]
-    raw = _fetch_int_columns(con, f"SELECT {select} FROM CUPTI_ACTIVITY_KIND_KERNEL", len(_NSYS_KERNEL_NUMERIC), nrows)
-    col = {key: raw[:, i] for i, (key, _, _) in enumerate(_NSYS_KERNEL_NUMERIC)}
-    n = len(raw)
+    raw = _fetch_packed(con, "CUPTI_ACTIVITY_KIND_KERNEL", exprs, nrows)
+    col = {key: raw[i] for i, (key, _, _) in enumerate(_NSYS_KERNEL_NUMERIC)}
+    col["end_ns"] = col["start_ns"] + col["end_ns"]
+    n = nrows
 
     # Names: demangled if the export has it, else mangled, else short.
     name_ids = col["name_id"].copy()
@@ -527,10 +596,9 @@ def _load_nsys(con: sqlite3.Connection, p: Path, tables: set[str]) -> Trace:
         rcols = _table_columns(con, "CUPTI_ACTIVITY_KIND_RUNTIME")
         need = {"correlationId", "nameId", "start"}
         if need <= rcols:
-            gt = 'COALESCE("globalTid", -1)' if "globalTid" in rcols else "-1"
-            rt = _fetch_int_columns(
-                con, f'SELECT COALESCE("correlationId", -1), {gt}, COALESCE("nameId", -1), "start" FROM CUPTI_ACTIVITY_KIND_RUNTIME', 4
-            )
+            nrt = con.execute("SELECT COUNT(*) FROM CUPTI_ACTIVITY_KIND_RUNTIME").fetchone()[0]
+            rt = np.stack(_fetch_packed(con, "CUPTI_ACTIVITY_KIND_RUNTIME", [
+                '"correlationId"', '"globalTid"' if "globalTid" in rcols else None, '"nameId"', '"start"'], nrt), axis=1)
             match = _join_runtime(col["corr_id"], gpid, rt[:, 0], rt[:, 1])
             ok = match >= 0
             names = _strings_for(con, rt[match[ok], 2])

@@ -1,0 +1,286 @@
+"""Benchmark: ingest + analyze synthetic Nsight Systems SQLite exports of growing size.
+
+For each size it writes a vLLM-like nsys export (real table and column names:
+StringIds, CUPTI_ACTIVITY_KIND_KERNEL, CUPTI_ACTIVITY_KIND_RUNTIME, NVTX_EVENTS),
+then, in a fresh child process so peak memory is that size's alone, loads it with
+evidence.traces.load_trace and runs evidence.profile_analysis.analyze_trace
+(36 layers, budget 2048). Reported: wall time of each phase, rows/s, peak RSS
+above the post-import baseline (resource.getrusage), and growth ratios.
+
+    python bench/bench_trace_ingest.py                  # 0.5M, 1M, 2M, 4M rows
+    python bench/bench_trace_ingest.py --sizes 500000 1000000 --out bench/RESULTS-trace.md
+
+The generated workload: engine steps of one 36-layer forward (GEMM, Triton, KV
+write, FA2 split-KV attention, GEMM, Triton per layer) plus a sampler kernel;
+four of five steps replay a CUDA graph (one cudaGraphLaunch for 216 kernels),
+every fifth runs eagerly (one launch call per kernel), as vLLM does for decode vs
+mixed batches. Each step is an NVTX range named like vLLM's step annotation.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import resource
+import sqlite3
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+N_LAYERS = 36
+PER_LAYER = 6
+PER_STEP = N_LAYERS * PER_LAYER + 1  # + sampler
+VM = 1 << 56
+PID, TID = 633, 633
+GPID = VM | (PID << 24)
+GTID = GPID | TID
+
+NAMES = [  # demangled, short
+    ("nvjet_sm90_tst_128x64_64x8_1x2_h_bz_splitK_TNT", "nvjet_sm90_tst_128x64_64x8_1x2_h_bz_splitK_TNT"),
+    ("triton_red_fused_fused_add_rms_norm_0", "triton_red_fused_fused_add_rms_norm_0"),
+    ("void vllm::reshape_and_cache_flash_kernel<__nv_bfloat16, __nv_bfloat16, (vllm::Fp8KVCacheDataType)0>"
+     "(__nv_bfloat16 const*, __nv_bfloat16 const*, __nv_bfloat16*, __nv_bfloat16*, long const*, long, long, long, long, "
+     "long, int, int, int, float const*, float const*)", "reshape_and_cache_flash_kernel"),
+    ("void flash_fwd_splitkv_kernel<Flash_fwd_kernel_traits<128, 64, 128, 4, false, false, cutlass::bfloat16_t, "
+     "Flash_kernel_traits<128, 64, 128, 4, cutlass::bfloat16_t> >, false, true, false, false, true, true, false, false, "
+     "false>(Flash_fwd_params)", "flash_fwd_splitkv_kernel"),
+    ("void cutlass::Kernel2<cutlass_80_tensorop_bf16_s16816gemm_relu_bf16_64x64_32x6_tn_align8>"
+     "(cutlass_80_tensorop_bf16_s16816gemm_relu_bf16_64x64_32x6_tn_align8::Params)", "Kernel2"),
+    ("triton_poi_fused_mul_silu_slice_1", "triton_poi_fused_mul_silu_slice_1"),
+    ("_gumbel_sample_kernel", "_gumbel_sample_kernel"),
+]
+API = {"cudaLaunchKernel_v7000": 100, "cudaGraphLaunch_v10000": 101}
+DUR = np.array([20_000, 4_000, 3_000, 0, 15_000, 4_000], np.int64)  # attention filled per step
+GAP = 1_000
+STEP_IDLE = 200_000
+
+KCOLS = ("start", "end", "deviceId", "contextId", "streamId", "correlationId", "globalPid", "demangledName",
+         "shortName", "mangledName", "launchType", "cacheConfig", "registersPerThread", "gridX", "gridY", "gridZ",
+         "blockX", "blockY", "blockZ", "staticSharedMemory", "dynamicSharedMemory", "localMemoryPerThread",
+         "localMemoryTotal", "gridId", "sharedMemoryExecuted", "graphNodeId", "sharedMemoryLimitConfig", "graphId")
+
+
+def _step_template(mixed: bool, nseq: int) -> dict[str, np.ndarray]:
+    """Offsets, durations and per-kernel fields of one step (216 kernels + sampler)."""
+    d = DUR.copy()
+    d[3] = 40_000 if mixed else 10_000
+    durs = np.append(np.tile(d, N_LAYERS), 5_000)
+    starts = np.zeros(PER_STEP, np.int64)
+    starts[1:-1] = np.cumsum(durs[:-2] + GAP)
+    starts[-1] = starts[-2] + durs[-2] + STEP_IDLE // 2
+    name = np.append(np.tile(np.arange(6), N_LAYERS), 6)
+    gx = np.where(name == 3, 9 if mixed else 1, np.where(np.isin(name, (0, 4)), 132, nseq))
+    gy = np.where(name == 3, nseq, 1)
+    gz = np.where(name == 3, 16, 1)
+    return {"start": starts, "dur": durs, "name": name, "gx": gx, "gy": gy, "gz": gz,
+            "span": starts[-1] + 5_000 + STEP_IDLE // 2}
+
+
+def generate(path: Path, n_rows: int, chunk_steps: int = 400) -> dict:
+    """Write an nsys-like SQLite export with about n_rows kernels, in chunks."""
+    if path.exists():
+        path.unlink()
+    con = sqlite3.connect(path)
+    con.execute("PRAGMA journal_mode=OFF")
+    con.execute("PRAGMA synchronous=OFF")
+    con.execute(f"CREATE TABLE CUPTI_ACTIVITY_KIND_KERNEL ({', '.join(c + ' INTEGER' for c in KCOLS)})")
+    con.execute("CREATE TABLE CUPTI_ACTIVITY_KIND_RUNTIME (start INTEGER NOT NULL, end INTEGER NOT NULL, eventClass INTEGER, "
+                "globalTid INTEGER, correlationId INTEGER, nameId INTEGER, returnValue INTEGER, callchainId INTEGER)")
+    con.execute("CREATE TABLE NVTX_EVENTS (start INTEGER NOT NULL, end INTEGER, eventType INTEGER NOT NULL, rangeId INTEGER, "
+                "category INTEGER, color INTEGER, text TEXT, globalTid INTEGER, endGlobalTid INTEGER, domainId INTEGER)")
+    con.execute("CREATE TABLE StringIds (id INTEGER NOT NULL PRIMARY KEY, value TEXT NOT NULL)")
+    strings = [(i + 1, s) for i, (s, _) in enumerate(NAMES)] + [(i + 1 + len(NAMES), s) for i, (_, s) in enumerate(NAMES)]
+    strings += [(v, k) for k, v in API.items()]
+    con.executemany("INSERT INTO StringIds VALUES (?, ?)", strings)
+
+    n_steps = -(-n_rows // PER_STEP)
+    templates = {(m, s): _step_template(m, s) for m in (False, True) for s in (96, 128)}
+    t = 5_379_696_866_955_351
+    corr = 1
+    rows_written = 0
+    for c0 in range(0, n_steps, chunk_steps):
+        kparts, rparts, nvtx = [], [], []
+        for si in range(c0, min(c0 + chunk_steps, n_steps)):
+            mixed = si % 5 == 0
+            tpl = templates[(mixed, 128 if si % 3 else 96)]
+            n = PER_STEP if rows_written + PER_STEP <= n_rows else n_rows - rows_written
+            start = t + tpl["start"][:n]
+            end = start + tpl["dur"][:n]
+            fwd = min(n, PER_STEP - 1)
+            corrs = np.empty(n, np.int64)
+            graph_id = np.full(n, -1, np.int64)
+            node_id = np.full(n, -1, np.int64)
+            launch_start = np.empty(n, np.int64)
+            if mixed:  # eager: one launch call per kernel, 50 us ahead of it
+                corrs[:fwd] = corr + np.arange(fwd)
+                launch_start[:fwd] = start[:fwd] - 50_000
+                api = np.full(fwd, API["cudaLaunchKernel_v7000"])
+                corr += fwd
+            else:  # graph replay: one cudaGraphLaunch for the whole forward
+                corrs[:fwd] = corr
+                launch_start[:fwd] = start[0] - 50_000
+                graph_id[:fwd] = 1 + si % 4
+                node_id[:fwd] = np.arange(fwd) + 1
+                api = np.full(1, API["cudaGraphLaunch_v10000"])
+                corr += 1
+            if n > fwd:  # sampler, launched after the step range
+                corrs[fwd] = corr
+                launch_start[fwd] = start[fwd] - 50_000
+                corr += 1
+            # Runtime rows: one per distinct correlation id.
+            uc, first = np.unique(corrs, return_index=True)
+            r_api = np.full(len(uc), API["cudaLaunchKernel_v7000"], np.int64)
+            if not mixed:
+                r_api[uc == corrs[0]] = API["cudaGraphLaunch_v10000"]
+            rparts.append(np.stack([launch_start[first], launch_start[first] + 3_000, np.ones(len(uc), np.int64),
+                                    np.full(len(uc), GTID), uc, r_api], axis=1))
+            name = tpl["name"][:n]
+            cols = np.stack([
+                start, end, np.zeros(n, np.int64), np.ones(n, np.int64), np.full(n, 7), corrs, np.full(n, GPID),
+                name + 1, name + 1 + len(NAMES), name + 1, np.zeros(n, np.int64), np.zeros(n, np.int64),
+                np.where(name == 3, 128, 64), tpl["gx"][:n], tpl["gy"][:n], tpl["gz"][:n],
+                np.full(n, 128), np.ones(n, np.int64), np.ones(n, np.int64), np.full(n, 1024),
+                np.where(name == 3, 16384, 0), np.zeros(n, np.int64), np.zeros(n, np.int64), np.ones(n, np.int64),
+                np.zeros(n, np.int64), node_id, np.zeros(n, np.int64), graph_id,
+            ], axis=1)
+            kparts.append(cols)
+            n_dec = 128 if si % 3 else 96
+            label = f"execute_context_2(2040)_generation_{n_dec - 2}({n_dec - 2})" if mixed else \
+                f"execute_context_0(0)_generation_{n_dec}({n_dec})"
+            s_cpu = start[0] - 100_000
+            e_cpu = (launch_start[fwd - 1] if mixed else start[0] - 50_000) + 4_000
+            nvtx.append((int(s_cpu), int(e_cpu), 59, None, None, None, label, GTID, None, 0))
+            rows_written += n
+            t += tpl["span"]
+        k = np.concatenate(kparts)
+        kl = k.tolist()
+        # NULL graph ids for eager kernels, as nsys writes them.
+        gi_node, gi_graph = KCOLS.index("graphNodeId"), KCOLS.index("graphId")
+        for row in kl:
+            if row[gi_graph] < 0:
+                row[gi_graph] = None
+                row[gi_node] = None
+        con.executemany(f"INSERT INTO CUPTI_ACTIVITY_KIND_KERNEL VALUES ({','.join('?' * len(KCOLS))})", kl)
+        r = np.concatenate(rparts).tolist()
+        con.executemany("INSERT INTO CUPTI_ACTIVITY_KIND_RUNTIME VALUES (?,?,?,?,?,?,0,NULL)", r)
+        con.executemany("INSERT INTO NVTX_EVENTS VALUES (?,?,?,?,?,?,?,?,?,?)", nvtx)
+    con.commit()
+    n_rt = con.execute("SELECT COUNT(*) FROM CUPTI_ACTIVITY_KIND_RUNTIME").fetchone()[0]
+    con.close()
+    return {"kernels": rows_written, "runtime_rows": n_rt, "steps": n_steps, "bytes": path.stat().st_size}
+
+
+def _rss_mb() -> float:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def measure_one(path: Path) -> dict:
+    """In this (fresh) process: ingest and analyze, with timings and peak RSS."""
+    sys.path.insert(0, str(ROOT))
+    from evidence.profile_analysis import analyze_trace
+    from evidence.traces import load_trace
+
+    base_rss = _rss_mb()
+    t0 = time.perf_counter()
+    tr = load_trace(path)
+    t1 = time.perf_counter()
+    after_load_peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    res = analyze_trace(tr, n_layers=N_LAYERS, budget=2048)
+    t2 = time.perf_counter()
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    fw = res["forwards"]
+    return {
+        "rows": len(tr.kernels), "ingest_s": t1 - t0, "analyze_s": t2 - t1, "table_mb": tr.kernels.nbytes / 2**20,
+        "base_rss_mb": base_rss, "peak_rss_mb": peak, "peak_after_load_mb": after_load_peak,
+        "forwards": len(fw["forwards"]), "rejected": len(fw["rejected"]), "steps": res["steps"]["steps"],
+        "kernel_active": res["kernel_active"]["fraction"],
+    }
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--sizes", type=int, nargs="+", default=[500_000, 1_000_000, 2_000_000, 4_000_000])
+    ap.add_argument("--out", type=Path, default=ROOT / "bench" / "RESULTS-trace.md")
+    ap.add_argument("--tmp", type=Path, default=None, help="where the generated exports go (deleted after)")
+    ap.add_argument("--measure", type=Path, help=argparse.SUPPRESS)  # child mode
+    a = ap.parse_args()
+    if a.measure:
+        print(json.dumps(measure_one(a.measure)))
+        return
+
+    results = []
+    with tempfile.TemporaryDirectory(dir=a.tmp) as td:
+        for n in a.sizes:
+            p = Path(td) / f"synthetic-{n}.sqlite"
+            g0 = time.perf_counter()
+            gen = generate(p, n)
+            gen_s = time.perf_counter() - g0
+            out = subprocess.run([sys.executable, __file__, "--measure", str(p)], capture_output=True, text=True, check=True)
+            m = json.loads(out.stdout.strip().splitlines()[-1])
+            m.update(gen, gen_s=gen_s)
+            assert m["rows"] == n, (m["rows"], n)
+            results.append(m)
+            print(f"{n:>9,} rows: ingest {m['ingest_s']:.2f} s ({n / m['ingest_s']:,.0f} rows/s), analyze "
+                  f"{m['analyze_s']:.2f} s, peak RSS +{m['peak_rss_mb'] - m['base_rss_mb']:.0f} MB "
+                  f"(table {m['table_mb']:.0f} MB), file {m['bytes'] / 2**20:.0f} MB, generate {gen_s:.1f} s", flush=True)
+            p.unlink()
+    write_report(a.out, results, " ".join(["python", "bench/bench_trace_ingest.py"] + sys.argv[1:]))
+
+
+def write_report(out: Path, results: list[dict], command: str) -> None:
+    cpu = "unknown"
+    try:
+        for line in open("/proc/cpuinfo"):
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    mem_gb = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
+    lines = [
+        "# Trace ingest benchmark (evidence.traces + evidence.profile_analysis)",
+        "",
+        f"Machine: {platform.machine()} {cpu}, {os.cpu_count()} CPUs, {mem_gb:.0f} GiB RAM; "
+        f"Python {platform.python_version()}, numpy {np.__version__}, SQLite {sqlite3.sqlite_version}.",
+        f"Command: `{command}`",
+        "",
+        "Synthetic Nsight Systems SQLite exports (vLLM-like steps: 36-layer forwards, 4 of 5 replayed from CUDA graphs,",
+        "NVTX step ranges). Each size is measured in a fresh process: `load_trace` (SQL fetch in 100k-row chunks into",
+        "numpy, runtime join by sort + searchsorted) then `analyze_trace(n_layers=36, budget=2048)` (every analysis).",
+        "Peak memory is the process's peak RSS (getrusage) minus its RSS after imports.",
+        "",
+        "| kernel rows | runtime rows | file MB | ingest s | ingest rows/s | analyze s | total rows/s | peak RSS MB (above base) | bytes/row at peak | table MB | forwards |",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for m in results:
+        peak = m["peak_rss_mb"] - m["base_rss_mb"]
+        total = m["ingest_s"] + m["analyze_s"]
+        lines.append(
+            f"| {m['rows']:,} | {m['runtime_rows']:,} | {m['bytes'] / 2**20:,.0f} | {m['ingest_s']:.2f} | "
+            f"{m['rows'] / m['ingest_s']:,.0f} | {m['analyze_s']:.2f} | {m['rows'] / total:,.0f} | {peak:,.0f} | "
+            f"{peak * 2**20 / m['rows']:,.0f} | {m['table_mb']:,.0f} | {m['forwards']:,} |")
+    if len(results) > 1:
+        lines += ["", "Growth relative to the smallest size:", "",
+                  "| rows x | ingest time x | analyze time x | peak memory x |", "|---:|---:|---:|---:|"]
+        b = results[0]
+        bpeak = b["peak_rss_mb"] - b["base_rss_mb"]
+        for m in results[1:]:
+            lines.append(f"| {m['rows'] / b['rows']:.1f} | {m['ingest_s'] / b['ingest_s']:.2f} | "
+                         f"{m['analyze_s'] / b['analyze_s']:.2f} | {(m['peak_rss_mb'] - m['base_rss_mb']) / bpeak:.2f} |")
+    out.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    print(f"wrote {out}")
+
+
+if __name__ == "__main__":
+    main()

@@ -216,9 +216,15 @@ class Sweep(_Model):
 
 
 class FamilyRule(_Model):
+    """An ordered kernel-classification rule (first match wins), see evidence.profile_analysis."""
+
     name: str
     pattern: str
-    geometry: Literal["none", "fa2_splitkv"] = Field("none", description="what the launch grid means for this family, if anything")
+    family: str | None = Field(None, description="bucket the rule reports into (default: its name)")
+    geometry: Literal["opaque", "fa2_splitkv", "persistent"] = Field(
+        "opaque", description="what the launch grid means: fa2_splitkv (gridX encodes the query chunk), "
+                              "persistent (grid = SM count, no meaning), opaque (listed, not interpreted)")
+    layer_marker: bool = Field(False, description="runs once per transformer layer per forward (forward reconstruction)")
 
     @field_validator("pattern")
     @classmethod
@@ -243,6 +249,7 @@ class Profile(_Model):
     window: ProfileWindow = Field(default_factory=ProfileWindow)
     kernel_families: list[FamilyRule] = Field(default_factory=list)
     layers: PosInt | None = Field(None, description="transformer layers, for forward reconstruction")
+    heads: PosInt | None = Field(None, description="attention heads (to read FA2 grids); inferred when absent")
     nsys_args: list[str] = Field(default_factory=list)
 
 

@@ -1,0 +1,116 @@
+"""Profile data of a run -> per-point trace analyses (a pure function of profile/).
+
+Joins three things the seed article could not join: the trace (kernels and vLLM's
+per-step annotations), the client's records of the same diagnostic workload, and
+the clock bridge between them. Kineto's absolute times (baseTimeNanoseconds +
+ts) are wall-clock (Unix epoch) nanoseconds, as are nsys session times; the
+client recorded its perf_counter t0 together with the wall clock, so each chunk's
+arrival maps to trace time as t0_unix + t. The output tokens generated inside the
+trace's window are counted from those chunk arrivals (per-token kernel costs
+need them); when the mapping cannot be made, per-token costs are absent with the
+reason.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from . import profile_analysis as pa
+from .canon import read_json
+from .records import read_records
+from .spec import Spec, spec_from_json
+from .traces import TraceError, load_trace
+
+TRACE_NAMES = (".pt.trace.json", ".pt.trace.json.gz", ".json.gz", ".json", ".sqlite")
+
+
+def rules_from_spec(spec: Spec) -> tuple[pa.FamilyRule, ...]:
+    if not spec.profile.kernel_families:
+        return pa.DEFAULT_RULES
+    return tuple(pa.FamilyRule(r.name, r.pattern, r.family, geometry=r.geometry, layer_marker=r.layer_marker)
+                 for r in spec.profile.kernel_families)
+
+
+def _budget(run_dir: Path) -> tuple[int | None, str]:
+    """The token budget the PROFILING server resolved (the last resolved*.json written)."""
+    eng = run_dir / "engine"
+    files = sorted(eng.glob("resolved*.json"), key=lambda p: (len(p.name), p.name))
+    for f in reversed(files):
+        v = read_json(f).get("max_num_batched_tokens", {})
+        if isinstance(v, dict) and isinstance(v.get("value"), int):
+            return v["value"], f"{f.name}: {v.get('source', '')}"
+    return None, "no resolved max_num_batched_tokens recorded"
+
+
+def tokens_in_window(records, t0_unix: float, lo_ns: int, hi_ns: int) -> int:
+    """Output tokens whose chunk arrived (client clock, mapped to wall ns) inside [lo, hi]."""
+    n = 0
+    for r in records:
+        for t in r.chunk_s:
+            ns = int(round((t0_unix + t) * 1e9))
+            if lo_ns <= ns <= hi_ns:
+                n += 1
+    return n
+
+
+def _trace_files(folder: Path) -> list[Path]:
+    return sorted(p for p in folder.iterdir() if p.is_file() and p.name.endswith(TRACE_NAMES) and p.name != "meta.json")
+
+
+def analyze_profile(run_dir: Path) -> dict[str, Any] | None:
+    """Analyses of every profiled point, or None when the run has no profile."""
+    pdir = Path(run_dir) / "profile"
+    if not (pdir / "profile.json").exists():
+        return None
+    spec = spec_from_json((Path(run_dir) / "spec.resolved.json").read_text(encoding="utf-8"))
+    info = read_json(pdir / "profile.json")
+    rules = rules_from_spec(spec)
+    budget, budget_src = _budget(Path(run_dir))
+    points: dict[str, Any] = {}
+    for entry in info.get("points", []):
+        point = entry["point"]
+        folder = pdir / f"c{point}"
+        meta = read_json(folder / "meta.json")
+        records = read_records(folder / "requests.jsonl")
+        files = _trace_files(folder)
+        res: dict[str, Any] = {"point": point, "prompts": meta.get("prompts"), "trace_files": [f.name for f in files]}
+        if not files:
+            res["absent"] = "no trace file was captured for this point"
+            points[str(point)] = res
+            continue
+        analyses = []
+        for f in files:
+            try:
+                tr = load_trace(f)
+            except TraceError as e:
+                analyses.append({"file": f.name, "absent": str(e)})
+                continue
+            k = tr.kernels
+            tokens, why = None, None
+            t0_unix = meta.get("client", {}).get("t0_unix")
+            if len(k) and t0_unix is not None:
+                lo, hi = int(k["start_ns"].min()), int(k["end_ns"].max())
+                tokens = tokens_in_window(records, t0_unix, lo, hi)
+                if tokens == 0:
+                    tokens, why = None, "no output token arrived inside the trace's window on the bridged clock"
+            elif len(k):
+                why = "the client's wall-clock t0 was not recorded, so tokens cannot be placed in the trace window"
+            a = pa.analyze_trace(tr, n_layers=spec.profile.layers, rules=rules, output_tokens=tokens, budget=budget,
+                                 heads=spec.profile.heads)
+            a["trace"]["path"] = f.name  # never an absolute path: outputs must not depend on where the run lies
+            a["clock_bridge"] = {"output_tokens_in_window": tokens, "absent": why,
+                                 "method": "chunk arrival = t0_unix + t (client perf_counter), compared with trace wall-clock ns"}
+            analyses.append({"file": f.name, "analysis": a})
+        res["traces"] = analyses
+        res["budget"] = {"value": budget, "source": budget_src}
+        points[str(point)] = res
+    return {
+        "tool": info.get("tool"),
+        "settings": info.get("settings"),
+        "note": info.get("note"),
+        "rules": [{"name": r.name, "pattern": r.pattern, "family": r.family_name, "geometry": r.geometry,
+                   "layer_marker": r.layer_marker} for r in rules],
+        "layers": spec.profile.layers,
+        "points": points,
+    }

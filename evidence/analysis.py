@@ -924,12 +924,14 @@ def _caveats(data: RunData, res: dict) -> list[str]:
 def compute_analysis(data: RunData) -> dict:
     """Everything analysis.json holds, from loaded raw data (no I/O)."""
     spec = data.spec
-    rows = {t.id: _trial_row(t, spec) for t in data.trials}
+    # Rows are rounded first (JSON_DECIMALS) so that every later comparison (ties in dominance, '=' in
+    # the ordering, paired differences) sees exactly the numbers analysis.json publishes.
+    rows = {t.id: _round(_trial_row(t, spec)) for t in data.trials}
     trials_by = {(t.repeat, t.point): t for t in data.trials}
     by_point: dict[int, list[TrialData]] = {}
     for t in data.trials:
         by_point.setdefault(t.point, []).append(t)
-    points_l = [_point_row(P, by_point.get(P, []), rows, spec) for P in spec.sweep.points]
+    points_l = [_round(_point_row(P, by_point.get(P, []), rows, spec)) for P in spec.sweep.points]
     points = {p["point"]: p for p in points_l}
     repeats = spec.sweep.repeats
     by_rp = {(t.repeat, t.point): rows[t.id] for t in data.trials}

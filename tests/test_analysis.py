@@ -1,0 +1,442 @@
+"""Known-answer tests for evidence.analysis: every expected number is worked out by hand here.
+
+Fixture timing (tests/rundir_fixtures.py): a trial's output throughput is exactly the
+target T given (n requests x K tokens / duration), so per-trial throughputs are the
+numbers written below; latencies are what `latency=` says (or derived, when unchecked).
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from rundir_fixtures import build_run, demo_spec, trial_records  # noqa: E402
+
+from evidence.analysis import (NotARunDir, analyze_run, compute_analysis, dominates, load_run,  # noqa: E402
+                               paired_comparison, verdict_for)
+from evidence.records import write_records  # noqa: E402
+
+APPROX = dict(rel=1e-9, abs=1e-9)
+
+
+def _tp(table: dict[int, list[float]]):
+    """{point: [T_r1, T_r2, T_r3]} -> (repeat, point) -> T."""
+    return lambda r, p: table[p][r - 1]
+
+
+def _point(res: dict, p: int) -> dict:
+    return next(x for x in res["points"] if x["point"] == p)
+
+
+def _trial(res: dict, tid: str) -> dict:
+    return next(x for x in res["trials"] if x["id"] == tid)
+
+
+def _csv_rows(path: Path) -> list[dict]:
+    return list(csv.DictReader(io.StringIO(path.read_text(encoding="utf-8"))))
+
+
+# ------------------------------------------------------------------ CV ----
+
+
+@pytest.mark.parametrize("kind", ["population", "sample"])
+def test_cv_population_vs_sample(tmp_path: Path, kind: str) -> None:
+    # C4 over three repeats: 100, 110, 120 tok/s. mean = 110; squared deviations 100 + 0 + 100 = 200.
+    # population std = sqrt(200 / 3) = 8.164965809; CV = 0.074226962
+    # sample std     = sqrt(200 / 2) = 10;          CV = 0.090909091
+    spec = demo_spec(cv=kind)
+    run = build_run(tmp_path, spec=spec, throughput=_tp({1: [50, 50, 50], 4: [100, 110, 120], 16: [90, 90, 90]}))
+    res = analyze_run(run)
+    tp = _point(res, 4)["output_throughput"]
+    assert tp["mean"] == pytest.approx(110.0, **APPROX)
+    assert tp["std_kind"] == kind
+    if kind == "population":
+        assert tp["std"] == pytest.approx(math.sqrt(200 / 3), rel=1e-8)
+        assert tp["cv"] == pytest.approx(0.074226962, abs=1e-9)
+    else:
+        assert tp["std"] == pytest.approx(10.0, rel=1e-8)
+        assert tp["cv"] == pytest.approx(10 / 110, abs=1e-9)
+    assert (tp["min"], tp["max"]) == (pytest.approx(100.0), pytest.approx(120.0))
+    assert tp["rel_range"] == pytest.approx(20 / 110, abs=1e-9)  # (max - min) / mean
+    # the CSV says which std it used, with fixed decimals
+    row = next(r for r in _csv_rows(run / "analysis" / "points.csv") if r["point"] == "4")
+    assert row["std_kind"] == kind
+    assert row["output_throughput_mean_tok_s"] == "110.00"
+    assert row["cv_pct"] == ("7.423" if kind == "population" else "9.091")
+    assert row["rel_range_pct"] == "18.182"
+
+
+# ------------------------------------------------------------- paired ----
+
+
+def test_paired_advantage_wins_and_finding(tmp_path: Path) -> None:
+    # C4 = 110, 120, 130; C16 = 100, 100, 100.
+    # d_r = (T_a - T_b) / T_b = 0.10, 0.20, 0.30; mean 0.20; C4 wins all three.
+    # spread = max(RR_C4, RR_C16) = max((130 - 110) / 120, 0 / 100) = 0.166667 < 0.20 -> a finding.
+    run = build_run(tmp_path, throughput=_tp({1: [50, 50, 50], 4: [110, 120, 130], 16: [100, 100, 100]}))
+    res = analyze_run(run)
+    c = res["comparisons"][0]
+    assert (c["a"], c["b"]) == (4, 16)
+    assert [r["diff"] for r in c["repeats"]] == [pytest.approx(0.1), pytest.approx(0.2), pytest.approx(0.3)]
+    assert c["mean_diff"] == pytest.approx(0.2, abs=1e-9)
+    assert (c["min_diff"], c["max_diff"]) == (pytest.approx(0.1), pytest.approx(0.3))
+    assert (c["wins_a"], c["wins_b"], c["ties"], c["pairs"]) == (3, 0, 0, 3)
+    assert c["spread"]["value"] == pytest.approx(20 / 120, abs=1e-9)
+    assert c["spread"]["b_rel_range"] == 0.0
+    assert c["verdict_kind"] == "finding"
+    assert c["verdict"] == "C4 > C16 in every repeat"
+    rows = _csv_rows(run / "analysis" / "comparisons.csv")
+    assert rows[0]["mean_diff_pct"] == "20.000" and rows[0]["spread_pct"] == "16.667"
+    assert rows[0]["wins_a"] == "3" and rows[0]["verdict"] == "C4 > C16 in every repeat"
+    paired = _csv_rows(run / "analysis" / "paired.csv")
+    assert [r["diff_pct"] for r in paired] == ["10.000", "20.000", "30.000"]
+
+
+def test_verdict_inside_spread_is_no_finding(tmp_path: Path) -> None:
+    # C4 = 101, 99, 103 (mean 101); C16 = 100 x3. d = 0.01, -0.01, 0.03; mean 0.01.
+    # RR_C4 = (103 - 99) / 101 = 0.039604; |0.01| <= 0.0396 -> no finding, and the spread is shown.
+    run = build_run(tmp_path, throughput=_tp({1: [50, 50, 50], 4: [101, 99, 103], 16: [100, 100, 100]}))
+    res = analyze_run(run)
+    c = res["comparisons"][0]
+    assert c["mean_diff"] == pytest.approx(0.01, abs=1e-9)
+    assert (c["wins_a"], c["wins_b"]) == (2, 1)
+    assert c["spread"]["value"] == pytest.approx(4 / 101, abs=1e-9)
+    assert c["verdict_kind"] == "no_finding"
+    assert c["verdict"] == "no finding (inside run-to-run spread of 3.960%)"
+    assert any("no finding" in cv for cv in res["caveats"])
+
+
+def test_verdict_rules_directly() -> None:
+    # outside the spread but the sign flips: no finding
+    assert verdict_for(4, 16, [0.5, 0.5, -0.01], 0.1, 3) == (
+        "no_finding", "no finding (sign not consistent: C4 won 2 of 3 repeats)")
+    # b wins every repeat, outside the spread
+    assert verdict_for(4, 16, [-0.05, -0.06], 0.02, 2) == ("finding", "C16 > C4 in every repeat")
+    # exactly at the spread is inside (<=)
+    assert verdict_for(4, 16, [0.02, 0.02], 0.02, 2)[0] == "no_finding"
+    assert verdict_for(4, 16, [0.3], None, 3) == ("single_repeat", "single repeat: no claim possible")
+    assert verdict_for(4, 16, [], None, 3) == ("no_data", "no data: no repeat has both points measured")
+    assert verdict_for(4, 16, [0.2, 0.3], 0.1, 3) == (
+        "finding", "C4 > C16 in every measured repeat (2 of 3 planned)")
+
+
+def test_single_repeat(tmp_path: Path) -> None:
+    spec = demo_spec(repeats=1)
+    run = build_run(tmp_path, spec=spec, throughput=_tp({1: [50], 4: [120], 16: [100]}))
+    res = analyze_run(run)
+    c = res["comparisons"][0]
+    assert c["pairs"] == 1 and c["mean_diff"] == pytest.approx(0.2)
+    assert c["verdict"] == "single repeat: no claim possible"
+    tp = _point(res, 4)["output_throughput"]
+    assert tp["mean"] == pytest.approx(120.0) and tp["cv"] is None and tp["std"] is None and tp["rel_range"] is None
+    assert "single measured repeat" in _point(res, 4)["absent"]["output_throughput_spread"]
+    row = next(r for r in _csv_rows(run / "analysis" / "points.csv") if r["point"] == "4")
+    assert row["cv_pct"] == "" and "single measured repeat" in row["flags"]  # empty with a reason, never 0
+    assert res["ordering"]["statement"] == "C1 < C4 > C16"
+    assert res["ordering"]["supported_statement"] == "C1 ~ C4 ~ C16"
+    assert any("Single repeat" in cv for cv in res["caveats"])
+
+
+# ------------------------------------------------- missing / failed trials ----
+
+
+def test_missing_trial_is_flagged_everywhere(tmp_path: Path) -> None:
+    # r2-c16 missing. C4 = 110, 120, 130; C16 = 100, -, 100.
+    # pairs: r1 0.10, r3 0.30 -> mean 0.20; spread = max(20/120, 0) = 0.1667 -> finding over 2 of 3 repeats.
+    run = build_run(tmp_path, throughput=_tp({1: [50, 50, 50], 4: [110, 120, 130], 16: [100, 100, 100]}),
+                    missing=("r2-c16",))
+    res = analyze_run(run)
+    assert res["completeness"]["missing"] == ["r2-c16"]
+    p16 = _point(res, 16)
+    assert (p16["repeats_planned"], p16["repeats_present"], p16["repeats_measured"]) == (3, 2, 2)
+    assert p16["missing"] == ["r2-c16"] and "r2-c16: missing" in p16["flags"]
+    c = res["comparisons"][0]
+    assert c["pairs"] == 2 and c["mean_diff"] == pytest.approx(0.2)
+    assert c["repeats"][1]["diff"] is None and c["repeats"][1]["flags"] == ["r2-c16 missing"]
+    assert c["verdict"] == "C4 > C16 in every measured repeat (2 of 3 planned) (caveat: r2-c16 missing)"
+    assert all("r2-c16: missing" in r["flags"] for r in c["latency_side_by_side"])
+    t = _trial(res, "r2-c16")
+    assert t["status"] == "missing" and t["output_throughput"] is None and t["position"] == 2
+    assert res["ordering"]["repeats"][1]["statement"] is None and res["ordering"]["held_in_every_repeat"] is False
+    tele = next(x for x in res["telemetry"] if x["trial"] == "r2-c16")
+    assert tele["status"] == "missing"
+    dom16 = next(e for e in res["dominance"]["points"] if e["point"] == 16)
+    assert "r2-c16: missing" in dom16["flags"]
+    # every CSV that has a row for the trial or the point names it
+    a = run / "analysis"
+    assert "missing" in next(r for r in _csv_rows(a / "trials.csv") if r["trial"] == "r2-c16")["status"]
+    assert next(r for r in _csv_rows(a / "points.csv") if r["point"] == "16")["missing_trials"] == "r2-c16"
+    for name in ("comparisons.csv", "paired.csv", "latency_side_by_side.csv", "dominance.csv", "point_latency.csv",
+                 "telemetry.csv"):
+        assert "r2-c16" in (a / name).read_text(encoding="utf-8"), name
+    assert any("missing" in cv for cv in res["caveats"])
+    assert res["run"]["status"] == "incomplete"
+
+
+def test_failed_requests_trial(tmp_path: Path) -> None:
+    # r1-c4 target 110 tok/s with 2 of 16 requests failing: duration unchanged, tokens 14 x 32
+    # -> throughput = 110 x 14 / 16 = 96.25 tok/s (failed requests count for nothing, but are counted).
+    run = build_run(tmp_path, throughput=_tp({1: [50, 50, 50], 4: [110, 120, 130], 16: [100, 100, 100]}),
+                    failed={"r1-c4": 2})
+    res = analyze_run(run)
+    t = _trial(res, "r1-c4")
+    assert (t["requests"], t["completed"], t["failed"]) == (16, 14, 2)
+    assert t["output_throughput"] == pytest.approx(96.25, abs=1e-9)
+    assert t["errors"] == {"HTTP 500: Internal Server Error": 2}
+    assert "2 of 16 requests failed" in t["flags"]
+    p4 = _point(res, 4)
+    assert p4["failed"] == 2 and any("r1-c4" in f for f in p4["flags"])
+    assert p4["output_throughput"]["mean"] == pytest.approx((96.25 + 120 + 130) / 3, abs=1e-9)
+    c = res["comparisons"][0]
+    assert "r1-c4 had 2 failed request(s)" in c["flags"]
+    assert res["completeness"]["with_failures"] == ["r1-c4"]
+    for name in ("trials.csv", "points.csv", "comparisons.csv", "paired.csv", "latency_side_by_side.csv"):
+        assert "failed" in (run / "analysis" / name).read_text(encoding="utf-8"), name
+
+
+def test_point_with_zero_completed_requests(tmp_path: Path) -> None:
+    # r2-c1 has no completed request: throughput and latencies are null with a reason (never 0);
+    # C1's mean uses the two measured repeats: (50 + 60) / 2 = 55.
+    run = build_run(tmp_path, throughput=_tp({1: [50, 70, 60], 4: [110, 120, 130], 16: [100, 100, 100]}),
+                    zero_completed=("r2-c1",))
+    res = analyze_run(run)
+    t = _trial(res, "r2-c1")
+    assert t["completed"] == 0 and t["failed"] == 4
+    assert t["output_throughput"] is None and t["request_throughput"] is None
+    assert t["absent"]["output_throughput"] == "no completed request in the trial"
+    assert t["latency"]["ttft"] is None and "ttft_ms" in t["absent"]
+    assert "no completed request" in t["flags"]
+    p1 = _point(res, 1)
+    assert p1["repeats_measured"] == 2 and p1["output_throughput"]["mean"] == pytest.approx(55.0)
+    assert res["completeness"]["zero_completed"] == ["r2-c1"]
+    row = next(r for r in _csv_rows(run / "analysis" / "trials.csv") if r["trial"] == "r2-c1")
+    assert row["output_throughput_tok_s"] == "" and row["ttft_mean_ms"] == ""
+    assert "no completed request" in row["flags"]
+    # a point where every repeat completes nothing: null mean with a reason, not comparable for dominance
+    run2 = build_run(tmp_path / "b", zero_completed=("r1-c16", "r2-c16", "r3-c16"))
+    res2 = analyze_run(run2)
+    p16 = _point(res2, 16)
+    assert p16["output_throughput"]["mean"] is None and "no repeat" in p16["absent"]["output_throughput"]
+    assert res2["comparisons"][0]["verdict"] == "no data: no repeat has both points measured"
+    d16 = next(e for e in res2["dominance"]["points"] if e["point"] == 16)
+    assert d16["dominated"] is None and "not compared" in d16["note"]
+    assert res2["ordering"]["statement"] is None
+
+
+# ----------------------------------------------------------- latency ----
+
+
+def test_latency_mean_over_repeats_vs_pooled(tmp_path: Path) -> None:
+    # One point (C1), two repeats, two requests each, hand-made records:
+    # TTFT r1 = 10, 20 ms; r2 = 30, 40 ms.
+    # mean over repeats: mean (15 + 35) / 2 = 25; p99 per trial 10 + 0.99 x 10 = 19.9 and 39.9 -> 29.9.
+    # pooled [10, 20, 30, 40]: mean 25, median 25, p99 at rank 0.99 x 3 = 2.97 -> 30 + 0.97 x 10 = 39.7.
+    spec = demo_spec(points=[1], comparisons=[], repeats=2, prompts_per_concurrency=2, percentiles=[50, 99])
+    run = build_run(tmp_path, spec=spec)
+    for tid, ttfts in (("r1-c1", (0.010, 0.020)), ("r2-c1", (0.030, 0.040))):
+        recs = trial_records(point=1, n=2, out_len=32, in_len=128, throughput=100.0)
+        for r, tt in zip(recs, ttfts):
+            r.first_chunk_s = r.send_s + tt
+        write_records(run / "trials" / tid / "requests.jsonl", recs)
+    res = analyze_run(run)
+    lat = _point(res, 1)["latency"]["ttft"]
+    assert lat["mean_over_repeats"]["mean"] == pytest.approx(25.0, abs=1e-6)
+    assert lat["mean_over_repeats"]["p99"] == pytest.approx(29.9, abs=1e-6)
+    assert lat["mean_over_repeats"]["n_trials"] == 2
+    assert lat["pooled"]["mean"] == pytest.approx(25.0, abs=1e-6)
+    assert lat["pooled"]["median"] == pytest.approx(25.0, abs=1e-6)
+    assert lat["pooled"]["p99"] == pytest.approx(39.7, abs=1e-6)
+    assert lat["pooled"]["n"] == 4
+
+
+def test_latency_side_by_side_relative_change(tmp_path: Path) -> None:
+    # C4: TTFT 100 ms, TPOT 10 ms; C16: TTFT 150 ms, TPOT 12 ms (every request); throughput 300 vs 270.
+    # change = (b - a) / a: throughput -10%, TTFT +50%, TPOT +20%, for the mean and every percentile.
+    spec = demo_spec(latency_metrics=["ttft", "tpot"], percentiles=[50, 99])
+    run = build_run(tmp_path, spec=spec, throughput=_tp({1: [100] * 3, 4: [300] * 3, 16: [270] * 3}),
+                    latency={1: (0.05, 0.005), 4: (0.1, 0.01), 16: (0.15, 0.012)})
+    res = analyze_run(run)
+    rows = {(r["metric"], r["stat"]): r for r in res["comparisons"][0]["latency_side_by_side"]}
+    assert list(rows) == [("output_throughput", "mean"), ("ttft", "mean"), ("ttft", "p50"), ("ttft", "p99"),
+                          ("tpot", "mean"), ("tpot", "p50"), ("tpot", "p99")]
+    assert rows[("output_throughput", "mean")]["change"] == pytest.approx(-0.1, abs=1e-9)
+    assert rows[("ttft", "mean")]["a"] == pytest.approx(100.0, abs=1e-6)
+    assert rows[("ttft", "p99")]["change"] == pytest.approx(0.5, abs=1e-6)
+    assert rows[("tpot", "mean")]["change"] == pytest.approx(0.2, abs=1e-6)
+    assert rows[("tpot", "mean")]["better"] == "a"
+    # C16 has less throughput and worse latency: dominated by C4, in every repeat
+    d = res["dominance"]
+    assert next(e for e in d["points"] if e["point"] == 16)["dominated_by"] == [4]
+    assert d["pairs"] == [{"dominant": 4, "dominated": 16, "statement": "C16 is dominated by C4",
+                           "held_in_repeats": 3, "repeats_compared": 3, "repeats_planned": 3}]
+    assert d["frontier"] == [1, 4]
+
+
+# --------------------------------------------------------- dominance ----
+
+
+def test_dominates_rule() -> None:
+    # vectors: [throughput (higher better), latencies... (lower better)]
+    assert dominates([300, 10, 20], [280, 12, 20]) == "dominates"
+    assert dominates([300, 10, 20], [300, 10, 21]) == "dominates"  # equal throughput, strictly better on one
+    assert dominates([300, 10, 20], [300, 10, 20]) == "tie"
+    assert dominates([300, 10, 20], [310, 12, 25]) == "no"  # less throughput
+    assert dominates([300, 13, 20], [280, 12, 25]) == "no"  # worse on one latency: a trade-off
+
+
+def test_dominance_ties_and_tradeoffs(tmp_path: Path) -> None:
+    # C4 and C16 identical (300 tok/s, TTFT 100 ms, TPOT 10 ms): a tie, neither dominated.
+    # C1 has less throughput but lower latency: a trade-off, not dominated.
+    spec = demo_spec(latency_metrics=["ttft", "tpot"], percentiles=[50, 99])
+    run = build_run(tmp_path, spec=spec, throughput=_tp({1: [100] * 3, 4: [300] * 3, 16: [300] * 3}),
+                    latency={1: (0.05, 0.005), 4: (0.1, 0.01), 16: (0.1, 0.01)})
+    res = analyze_run(run)
+    pts = {e["point"]: e for e in res["dominance"]["points"]}
+    assert pts[4]["tied_with"] == [16] and pts[16]["tied_with"] == [4]
+    assert pts[4]["dominated"] is False and pts[16]["dominated"] is False and pts[1]["dominated"] is False
+    assert res["dominance"]["pairs"] == [] and res["dominance"]["frontier"] == [1, 4, 16]
+    assert res["ordering"]["statement"] == "C1 < C4 = C16"
+    # the same, with C16's TPOT 11 ms: now dominated by C4 (equal throughput, strictly worse on one)
+    run2 = build_run(tmp_path / "b", spec=spec, throughput=_tp({1: [100] * 3, 4: [300] * 3, 16: [300] * 3}),
+                     latency={1: (0.05, 0.005), 4: (0.1, 0.01), 16: (0.1, 0.011)})
+    pts2 = {e["point"]: e for e in analyze_run(run2)["dominance"]["points"]}
+    assert pts2[16]["dominated_by"] == [4] and pts2[4]["dominates"] == [16] and pts2[4]["tied_with"] == []
+
+
+# ----------------------------------------------------------- ordering ----
+
+
+def test_ordering_statement_and_repeats(tmp_path: Path) -> None:
+    # means 100 < 300 > 280, every repeat the same shape
+    run = build_run(tmp_path, throughput=_tp({1: [99, 100, 101], 4: [297, 300, 303], 16: [277.2, 280, 282.8]}))
+    o = analyze_run(run)["ordering"]
+    assert o["statement"] == "C1 < C4 > C16"
+    assert o["held_in_repeats"] == 3 and o["held_in_every_repeat"] is True
+    assert [lk["verdict"] for lk in o["links"]] == ["C4 > C1 in every repeat", "C4 > C16 in every repeat"]
+    assert o["supported_statement"] == "C1 < C4 > C16"
+    # repeat 2 flips C4 and C16: means still 100 < 300 > 290 (C16 = 280, 310, 280), held in 2 of 3 repeats
+    run2 = build_run(tmp_path / "b", throughput=_tp({1: [100] * 3, 4: [300] * 3, 16: [280, 310, 280]}))
+    o2 = analyze_run(run2)["ordering"]
+    assert o2["statement"] == "C1 < C4 > C16"
+    assert [r["statement"] for r in o2["repeats"]] == ["C1 < C4 > C16", "C1 < C4 < C16", "C1 < C4 > C16"]
+    assert o2["held_in_repeats"] == 2 and o2["held_in_every_repeat"] is False
+    # C4 vs C16: d = 300/280 - 1 = 0.0714, 300/310 - 1 = -0.0323, 0.0714; sign flips -> not a finding
+    assert o2["supported_statement"] == "C1 < C4 ~ C16"
+
+
+# ---------------------------------------------------------- telemetry ----
+
+
+def test_telemetry_plateau_and_absent(tmp_path: Path) -> None:
+    # the fixture's server reports `point` running requests between first send and last end;
+    # the plateau median is exactly the point; KV use 0.01 per running sequence.
+    run = build_run(tmp_path, telemetry=("r1-c1", "r1-c4", "r1-c16", "r2-c4", "r2-c16", "r3-c1", "r3-c4", "r3-c16"))
+    res = analyze_run(run)
+    t = next(x for x in res["telemetry"] if x["trial"] == "r1-c16")
+    assert t["status"] == "present"
+    assert t["sustained"]["running"] == 16 and t["sustained"]["waiting"] == 0
+    assert t["sustained"]["kv_cache_usage"] == pytest.approx(0.16)
+    assert t["max"]["running"] == 16 and t["delta"]["preemptions"] == 0
+    start, end = t["interval_s"]
+    assert t["plateau_s"] == [pytest.approx(start + 0.2 * (end - start)), pytest.approx(end - 0.2 * (end - start))]
+    miss = next(x for x in res["telemetry"] if x["trial"] == "r2-c1")
+    assert miss["status"] == "absent" and "no telemetry.jsonl" in miss["absent"]
+    assert _point(res, 16)["telemetry_sustained_mean"]["running"] == 16
+    row = next(r for r in _csv_rows(run / "analysis" / "telemetry.csv") if r["trial"] == "r2-c1")
+    assert row["running_sustained"] == "" and "no telemetry" in row["absent"]
+
+
+# ------------------------------------------------------------ goodput ----
+
+
+def test_slo_goodput(tmp_path: Path) -> None:
+    # TTFT SLO 75 ms: C1 (TTFT 50 ms) meets it on every request, C4 and C16 (100 ms) never.
+    # C1 goodput = 4 requests / duration; duration = 4 x 32 / 100 tok/s = 1.28 s -> 3.125 req/s.
+    spec = demo_spec(slos_ms={"ttft": 75.0})
+    run = build_run(tmp_path, spec=spec, throughput=_tp({1: [100] * 3, 4: [300] * 3, 16: [300] * 3}),
+                    latency={1: (0.05, 0.005), 4: (0.1, 0.01), 16: (0.1, 0.01)})
+    res = analyze_run(run)
+    g = res["goodput"]
+    assert g["absent"] is None and g["slos_ms"] == {"ttft": 75.0}
+    p = {x["point"]: x for x in g["points"]}
+    assert p[1]["attainment_mean"] == pytest.approx(1.0) and p[1]["goodput_rps_mean"] == pytest.approx(3.125)
+    assert p[4]["attainment_mean"] == 0.0 and p[4]["goodput_rps_mean"] == 0.0
+    assert (run / "analysis" / "goodput.csv").exists()
+    # no SLOs in the spec: absent with a reason, no CSV
+    run2 = build_run(tmp_path / "b")
+    res2 = analyze_run(run2)
+    assert "slos_ms is not set" in res2["goodput"]["absent"]
+    assert not (run2 / "analysis" / "goodput.csv").exists()
+
+
+# ------------------------------------------------------- purity, errors ----
+
+
+def test_pure_deterministic_and_never_reads_outputs(tmp_path: Path) -> None:
+    run = build_run(tmp_path, failed={"r3-c16": 1}, missing=("r1-c1",))
+    first = analyze_run(run, tmp_path / "out1")
+    # garbage in analysis/ must not change anything: analysis never reads its own outputs
+    (run / "analysis").mkdir()
+    (run / "analysis" / "analysis.json").write_text("{broken", encoding="utf-8")
+    second = analyze_run(run, tmp_path / "out2")
+    assert first == second
+    files1 = sorted(p.name for p in (tmp_path / "out1").iterdir())
+    assert files1 == sorted(first["files"])
+    for name in files1:
+        b1 = (tmp_path / "out1" / name).read_bytes()
+        assert b1 == (tmp_path / "out2" / name).read_bytes(), name
+        assert str(tmp_path).encode() not in b1, f"absolute path in {name}"
+    # a copy of the run elsewhere gives the same bytes
+    shutil.copytree(run, tmp_path / "elsewhere" / run.name, ignore=shutil.ignore_patterns("analysis"))
+    analyze_run(tmp_path / "elsewhere" / run.name, tmp_path / "out3")
+    for name in files1:
+        assert (tmp_path / "out1" / name).read_bytes() == (tmp_path / "out3" / name).read_bytes(), name
+
+
+def test_summary_mismatch_is_flagged_and_records_win(tmp_path: Path) -> None:
+    run = build_run(tmp_path)
+    sp = run / "trials" / "r1-c4" / "summary.json"
+    s = json.loads(sp.read_text())
+    s["output_throughput"] = 1.0
+    sp.write_text(json.dumps(s))
+    t = _trial(analyze_run(run), "r1-c4")
+    assert t["output_throughput"] == pytest.approx(297.0)  # DEFAULT_BASE 300 x 0.99, from the records
+    assert any("summary.json disagrees" in f and "output_throughput" in f for f in t["flags"])
+
+
+def test_not_a_run_dir(tmp_path: Path) -> None:
+    with pytest.raises(NotARunDir, match="not a run directory"):
+        load_run(tmp_path)
+    with pytest.raises(NotARunDir, match="not a folder"):
+        load_run(tmp_path / "nope")
+
+
+def test_paired_comparison_any_pair(tmp_path: Path) -> None:
+    run = build_run(tmp_path, throughput=_tp({1: [100] * 3, 4: [300, 310, 320], 16: [280] * 3}))
+    res = compute_analysis(load_run(run))
+    c = paired_comparison(res, 1, 4)  # not named by the spec
+    assert c["mean_diff"] == pytest.approx((100 / 300 + 100 / 310 + 100 / 320) / 3 - 1, abs=1e-8)
+    assert c["verdict"] == "C4 > C1 in every repeat"
+
+
+def test_cli_analyze(tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from evidence.cli import app
+
+    run = build_run(tmp_path)
+    r = CliRunner().invoke(app, ["analyze", str(run), "--json"])
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.stdout)["schema"] == "evidence.analysis/1"
+    r = CliRunner().invoke(app, ["analyze", str(tmp_path)])
+    assert r.exit_code == 2
+    assert "not a run directory" in r.output

@@ -225,7 +225,13 @@ def make_tiny_model(dir: str | os.PathLike, *, python: str | os.PathLike | None 
         if dest.is_dir():
             dest.rmdir()
         os.chmod(tmp, 0o755)
-        os.replace(tmp, dest)
+        try:
+            os.replace(tmp, dest)
+        except OSError:
+            # another process finished the same folder first: fine if it is identical
+            if dest.is_dir() and file_hashes(dest) == built:
+                return dest
+            raise
         return dest
     finally:
         if tmp.exists():

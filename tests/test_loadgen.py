@@ -25,12 +25,19 @@ def server():
         yield url
 
 
+@pytest.fixture(params=["h1", "aiohttp"])
+def stack(request):
+    """Both HTTP stacks must give the same records (they share the SSE parser)."""
+    return request.param
+
+
 def prompts(n, out=8, inp=16):
     return make_token_prompts(n, inp, out, seed=7, vocab_size=32000)
 
 
-def trial(url, n=4, out=8, header=None, **kw):
+def trial(url, n=4, out=8, header=None, stack="h1", **kw):
     extra = {}
+    kw["http"] = stack
     kw.setdefault("max_concurrency", 4)
     kw.setdefault("timeout_s", 5.0)
     kw.setdefault("telemetry", False)
@@ -42,9 +49,9 @@ def trial(url, n=4, out=8, header=None, **kw):
 # ------------------------------------------------------------------ timing ----
 
 
-def test_exact_timing_invariants(server):
+def test_exact_timing_invariants(server, stack):
     ttft, itl, n_tok = 0.05, 0.01, 8
-    r = trial(server, n=4, out=n_tok, header=f"ttft={ttft},itl={itl}")
+    r = trial(server, stack=stack, n=4, out=n_tok, header=f"ttft={ttft},itl={itl}")
     for x in r.records:
         assert x.ok, x.error
         assert x.status == 200
@@ -68,8 +75,8 @@ def test_exact_timing_invariants(server):
     assert m["chunk_usage_mismatches"] == 0 and m["output_len_mismatches"] == 0
 
 
-def test_usage_chunk_does_not_extend_e2e(server):
-    r = trial(server, n=2, out=4, header="ttft=0.01,itl=0.01,usage_delay=0.15")
+def test_usage_chunk_does_not_extend_e2e(server, stack):
+    r = trial(server, stack=stack, n=2, out=4, header="ttft=0.01,itl=0.01,usage_delay=0.15")
     for x in r.records:
         assert x.ok, x.error
         assert x.end_s - x.chunk_s[-1] >= 0.14  # [DONE] came ~0.15 s after the last token
@@ -77,8 +84,8 @@ def test_usage_chunk_does_not_extend_e2e(server):
         assert x.completion_tokens == 4
 
 
-def test_multi_token_chunks_counted_once(server):
-    r = trial(server, n=3, out=8, header="tpc=3")
+def test_multi_token_chunks_counted_once(server, stack):
+    r = trial(server, stack=stack, n=3, out=8, header="tpc=3")
     for x in r.records:
         assert x.ok, x.error
         assert x.chunk_count == 3  # 3 + 3 + 2 tokens
@@ -92,8 +99,8 @@ def test_multi_token_chunks_counted_once(server):
 
 
 @pytest.mark.parametrize("fault", ["split", "crlf", "comment"])
-def test_framing_variants_parse_exactly(server, fault):
-    r = trial(server, n=3, out=12, header=f"fault={fault}")
+def test_framing_variants_parse_exactly(server, fault, stack):
+    r = trial(server, stack=stack, n=3, out=12, header=f"fault={fault}")
     for x in r.records:
         assert x.ok, x.error
         assert x.chunk_count == 12 == x.completion_tokens
@@ -101,18 +108,18 @@ def test_framing_variants_parse_exactly(server, fault):
         assert x.finish_reason == "length"
 
 
-def test_split_reads_time_each_chunk_at_arrival(server):
+def test_split_reads_time_each_chunk_at_arrival(server, stack):
     # "split" writes the stream in irregular pieces 0.5 ms apart: several chunks share
     # a read, some chunks straddle two reads; times must be non-decreasing.
-    r = trial(server, n=1, out=20, header="fault=split")
+    r = trial(server, stack=stack, n=1, out=20, header="fault=split")
     x = r.records[0]
     assert x.ok and x.chunk_count == 20
     assert all(b >= a for a, b in zip(x.chunk_s, x.chunk_s[1:]))
     assert x.chunk_s[-1] > x.chunk_s[0]
 
 
-def test_malformed_sse_is_a_failure(server):
-    r = trial(server, n=2, out=6, header="fault=malformed,after=2")
+def test_malformed_sse_is_a_failure(server, stack):
+    r = trial(server, stack=stack, n=2, out=6, header="fault=malformed,after=2")
     for x in r.records:
         assert not x.ok
         assert x.error.startswith("malformed SSE data")
@@ -122,8 +129,8 @@ def test_malformed_sse_is_a_failure(server):
     assert m["failed"] == 2 and m["completed"] == 0
 
 
-def test_error_event_in_stream(server):
-    r = trial(server, n=1, out=6, header="fault=error_event,after=2")
+def test_error_event_in_stream(server, stack):
+    r = trial(server, stack=stack, n=1, out=6, header="fault=error_event,after=2")
     x = r.records[0]
     assert not x.ok and x.error.startswith("error event in stream: stand-in error event")
     assert x.chunk_count == 2
@@ -132,8 +139,8 @@ def test_error_event_in_stream(server):
 # ------------------------------------------------------------------ faults ----
 
 
-def test_http_500_recorded_not_dropped(server):
-    r = trial(server, n=3, out=4, header="fault=http500")
+def test_http_500_recorded_not_dropped(server, stack):
+    r = trial(server, stack=stack, n=3, out=4, header="fault=http500")
     assert len(r.records) == 3
     for x in r.records:
         assert not x.ok and x.status == 500
@@ -146,9 +153,9 @@ def test_http_500_recorded_not_dropped(server):
     assert r.meta["counts"] == {"requests": 3, "ok": 0, "failed": 3}
 
 
-def test_hang_hits_per_request_timeout(server):
+def test_hang_hits_per_request_timeout(server, stack):
     t = time.perf_counter()
-    r = trial(server, n=2, out=4, header="fault=hang,after=0", timeout_s=0.3)
+    r = trial(server, stack=stack, n=2, out=4, header="fault=hang,after=0", timeout_s=0.3)
     assert time.perf_counter() - t < 3.0
     for x in r.records:
         assert not x.ok
@@ -157,55 +164,55 @@ def test_hang_hits_per_request_timeout(server):
         assert x.chunk_count == 0 and x.first_chunk_s is None
 
 
-def test_hang_mid_stream_keeps_partial_record(server):
-    r = trial(server, n=1, out=6, header="fault=hang,after=2", timeout_s=0.3)
+def test_hang_mid_stream_keeps_partial_record(server, stack):
+    r = trial(server, stack=stack, n=1, out=6, header="fault=hang,after=2", timeout_s=0.3)
     x = r.records[0]
     assert not x.ok and x.error.startswith("timeout")
     assert x.chunk_count == 2 and x.first_chunk_s is not None
 
 
-def test_dropped_connection(server):
-    r = trial(server, n=2, out=6, header="fault=drop,after=3")
+def test_dropped_connection(server, stack):
+    r = trial(server, stack=stack, n=2, out=6, header="fault=drop,after=3")
     for x in r.records:
         assert not x.ok
         assert x.error.startswith("connection dropped"), x.error
         assert x.chunk_count == 3
 
 
-def test_stream_cut_short(server):
-    r = trial(server, n=1, out=6, header="fault=truncate,after=3")
+def test_stream_cut_short(server, stack):
+    r = trial(server, stack=stack, n=1, out=6, header="fault=truncate,after=3")
     x = r.records[0]
     assert not x.ok and x.error == "stream ended without usage or [DONE] (cut short)"
     assert x.chunk_count == 3
 
 
-def test_no_usage_is_ok_but_throughput_absent(server):
-    r = trial(server, n=2, out=4, header="fault=no_usage")
+def test_no_usage_is_ok_but_throughput_absent(server, stack):
+    r = trial(server, stack=stack, n=2, out=4, header="fault=no_usage")
     for x in r.records:
         assert x.ok and x.completion_tokens is None and x.chunk_count == 4
     m = trial_metrics(r.records)
     assert m["output_throughput"] is None and "usage" in m["absent"]["output_throughput"]
 
 
-def test_no_done_with_usage_is_ok(server):
-    r = trial(server, n=2, out=4, header="fault=no_done")
+def test_no_done_with_usage_is_ok(server, stack):
+    r = trial(server, stack=stack, n=2, out=4, header="fault=no_done")
     for x in r.records:
         assert x.ok and x.completion_tokens == 4
 
 
-def test_connection_refused():
+def test_connection_refused(stack):
     s = socket.socket()
     s.bind(("127.0.0.1", 0))
     port = s.getsockname()[1]
     s.close()
-    r = trial(f"http://127.0.0.1:{port}", n=2, out=4)
+    r = trial(f"http://127.0.0.1:{port}", stack=stack, n=2, out=4)
     for x in r.records:
         assert not x.ok and x.error.startswith("connect failed"), x.error
         assert x.status is None
 
 
-def test_fewer_tokens_than_asked_is_a_mismatch(server):
-    r = trial(server, n=2, out=8, header="tokens=5")
+def test_fewer_tokens_than_asked_is_a_mismatch(server, stack):
+    r = trial(server, stack=stack, n=2, out=8, header="tokens=5")
     for x in r.records:
         assert x.ok and x.completion_tokens == 5 and x.finish_reason == "stop"
     assert trial_metrics(r.records)["output_len_mismatches"] == 2
@@ -214,9 +221,9 @@ def test_fewer_tokens_than_asked_is_a_mismatch(server):
 # -------------------------------------------------------------- scheduling ----
 
 
-def test_closed_loop_concurrency_cap_and_slot_wait(server):
+def test_closed_loop_concurrency_cap_and_slot_wait(server, stack):
     # 6 requests of ~0.1 s, 2 at a time: waves start at ~0, ~0.1, ~0.2 s
-    r = trial(server, n=6, out=2, header="ttft=0.09,itl=0.01", max_concurrency=2)
+    r = trial(server, stack=stack, n=6, out=2, header="ttft=0.09,itl=0.01", max_concurrency=2)
     assert all(x.ok for x in r.records)
     assert all(x.intended_s == 0.0 for x in r.records)
     waits = sorted(x.slot_wait_s for x in r.records)
@@ -330,3 +337,149 @@ def test_telemetry_unavailable_is_explained():
     assert r.meta["telemetry"]["enabled"] is False
     assert "404" in r.meta["telemetry"]["reason"]
     assert all(x.ok for x in r.records)
+
+
+# ------------------------------------------------------- the HTTP/1.1 stack ----
+
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+from evidence.loadgen import H1Client, SSEStream, _H1Conn  # noqa: E402
+from evidence.records import RequestRecord  # noqa: E402
+
+_TOK = (b'data: {"id":"c","object":"text_completion","created":1,"model":"m","choices":[{"index":0,'
+        b'"text":" a","logprobs":null,"finish_reason":null,"stop_reason":null}]}\n\n')
+_LAST = _TOK.replace(b'"finish_reason":null', b'"finish_reason":"length"')
+_USAGE = (b'data: {"id":"c","object":"text_completion","created":1,"model":"m","choices":[],'
+          b'"usage":{"prompt_tokens":7,"total_tokens":12,"completion_tokens":5}}\n\n')
+_SSE = [_TOK, _TOK, b": ping\n\n", _TOK, _TOK, _LAST, _USAGE, b"data: [DONE]\n\n"]
+
+
+def _chunked(msgs, ext=False, trailers=False):
+    out = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
+    for m in msgs:
+        out += (b"%x;x=1\r\n" if ext else b"%x\r\n") % len(m) + m + b"\r\n"
+    return out + (b"0\r\nX-Trailer: 1\r\n\r\n" if trailers else b"0\r\n\r\n")
+
+
+class _FakeTransport:
+    def __init__(self):
+        self.written = b""
+        self.aborted = False
+
+    def write(self, d):
+        self.written += d
+
+    def abort(self):
+        self.aborted = True
+
+    def get_extra_info(self, k):
+        return None
+
+
+def _drive(pieces):
+    loop = asyncio.new_event_loop()
+    try:
+        rec = RequestRecord(0, "measure", 7, 5, 0.0, 0.0, 0.0)
+        conn = _H1Conn(0.0)
+        conn.connection_made(_FakeTransport())
+        fut = loop.create_future()
+        sse = SSEStream(rec)
+        conn.begin(b"POST / HTTP/1.1\r\n\r\n", sse, fut)
+        for p in pieces:
+            conn.data_received(p)
+        if fut.done() and fut.exception() is None:
+            rec.end_s = sse.end(fut.result())
+            sse.finish_record(failed=False)
+        return rec, conn, fut
+    finally:
+        loop.close()
+
+
+def _split(raw, cuts):
+    cuts = sorted(set(c for c in cuts if 0 < c < len(raw)))
+    return [raw[a:b] for a, b in zip([0] + cuts, cuts + [len(raw)])]
+
+
+@settings(max_examples=150, deadline=None)
+@given(cuts=st.lists(st.integers(min_value=1, max_value=2000), max_size=40), ext=st.booleans(),
+       trailers=st.booleans(), crlf=st.booleans())
+def test_h1_any_split_of_the_bytes_gives_the_same_record(cuts, ext, trailers, crlf):
+    msgs = [m.replace(b"\n", b"\r\n") for m in _SSE] if crlf else _SSE
+    raw = _chunked(msgs, ext, trailers)
+    rec, conn, fut = _drive(_split(raw, cuts))
+    assert fut.done() and fut.exception() is None
+    assert rec.ok, rec.error
+    assert rec.status == 200
+    assert rec.chunk_count == 5 and rec.completion_tokens == 5 and rec.prompt_tokens == 7
+    assert rec.finish_reason == "length"
+    assert conn.keep_alive
+
+
+def test_h1_byte_by_byte():
+    raw = _chunked(_SSE, ext=True, trailers=True)
+    rec, _, fut = _drive([raw[i:i + 1] for i in range(len(raw))])
+    assert rec.ok and rec.chunk_count == 5 and rec.completion_tokens == 5
+
+
+def test_h1_error_body_with_content_length_and_interim_100():
+    body = b'{"error":{"message":"bad","code":400}}'
+    raw = (b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 400 Bad Request\r\nContent-Length: %d\r\n\r\n" % len(body)) + body
+    rec, conn, fut = _drive([raw[:30], raw[30:]])
+    assert fut.done() and conn.status == 400 and conn.reason == "Bad Request"
+    assert b"".join(conn.err_body) == body
+
+
+def test_h1_close_delimited_body():
+    raw = b"HTTP/1.0 200 OK\r\nContent-Type: text/event-stream\r\n\r\n" + b"".join(_SSE)
+    rec, conn, fut = _drive([raw])
+    assert not fut.done()  # the body ends when the server closes
+    conn.connection_lost(None)
+    assert fut.done() and fut.exception() is None and not conn.keep_alive
+
+
+def test_h1_bad_framing_is_an_error():
+    rec, conn, fut = _drive([b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\nhello\r\n"])
+    assert fut.done() and "bad HTTP response framing" in str(fut.exception())
+    rec, conn, fut = _drive([b"SMTP nonsense\r\n\r\n"])
+    assert "bad HTTP status line" in str(fut.exception())
+
+
+def test_h1_reuses_connections(server):
+    r = trial(server, n=12, out=3, max_concurrency=3)
+    assert all(x.ok for x in r.records)
+    assert r.meta["client"]["http_stack"] == "h1"
+    assert r.meta["client"]["connections_opened"] <= 3
+
+
+def test_h1_retries_once_when_a_reused_connection_was_closed():
+    # A raw server that answers the first request on each connection and closes the
+    # connection, without a word, on the second.
+    resp = _chunked([_TOK, _LAST, _USAGE, b"data: [DONE]\n\n"])
+
+    async def handle(reader, writer):
+        served = 0
+        try:
+            while True:
+                head = await reader.readuntil(b"\r\n\r\n")
+                n = int([ln.split(b":")[1] for ln in head.split(b"\r\n") if ln.lower().startswith(b"content-length")][0])
+                await reader.readexactly(n)
+                if served:
+                    break
+                writer.write(resp)
+                await writer.drain()
+                served += 1
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass
+        writer.close()
+
+    async def main():
+        srv = await asyncio.start_server(handle, "127.0.0.1", 0)
+        port = srv.sockets[0].getsockname()[1]
+        async with srv:
+            return await run_trial_async(f"http://127.0.0.1:{port}", "m", prompts(3, 2), max_concurrency=1,
+                                         telemetry=False, http="h1", timeout_s=5)
+
+    r = asyncio.run(main())
+    assert [x.ok for x in r.records] == [True, True, True], [x.error for x in r.records]
+    assert r.meta["client"]["connection_retries"] >= 1

@@ -440,6 +440,7 @@ def _point_row(point: int, trials: list[TrialData], rows: dict[str, dict], spec:
     pooled_records = [r for t in present for r in t.records]
     pooled_tm = trial_metrics(pooled_records, list(spec.analysis.percentiles)) if pooled_records else None
     latency: dict[str, Any] = {}
+    unmeasured: list[str] = []
     for m in LATENCY_METRICS:
         per = [rows[t.id]["latency"][m] for t in present if rows[t.id]["latency"].get(m)]
         mor = None
@@ -449,7 +450,9 @@ def _point_row(point: int, trials: list[TrialData], rows: dict[str, dict], spec:
                 mor[st] = _mean([d[st] for d in per])
         latency[m] = {"mean_over_repeats": mor, "pooled": pooled_tm[m + "_ms"] if pooled_tm else None}
         if mor is None:
-            absent[f"latency.{m}"] = "no trial of this point measured it"
+            unmeasured.append(m)
+    if unmeasured:
+        absent["latency"] = "no trial of this point measured " + ", ".join(unmeasured)
     counts = {}
     for k in ("requests", "completed", "failed", "output_len_mismatches", "chunk_usage_mismatches"):
         counts[k] = sum(rows[t.id][k] for t in present) if present else None
@@ -895,8 +898,9 @@ def _caveats(data: RunData, res: dict) -> list[str]:
     for p in res["points"]:
         srv = (p["prompt_tokens"]["server"] or {})
         if srv and (srv.get("min") != spec.workload.input_len or srv.get("max") != spec.workload.input_len):
-            out.append(f"Prompt lengths: nominal {spec.workload.input_len} tokens; the server reported "
-                       f"{srv['min']}-{srv['max']} (mean {srv['mean']:.2f}) at {p['label']} (templating/tokenization).")
+            rng = f"{srv['min']}" if srv["min"] == srv["max"] else f"{srv['min']}-{srv['max']} (mean {srv['mean']:.2f})"
+            out.append(f"Prompt lengths: nominal {spec.workload.input_len} tokens; the server reported {rng} at "
+                       f"{p['label']} (templating/tokenization); see the prompt-token table for every point.")
             break
     bad = [p for p in res["setup"]["pins"] if isinstance(p, dict) and p.get("ok") is False]
     if bad:

@@ -130,6 +130,9 @@ def _summary(res: dict) -> list[str]:
         out.append(f"Ordering of means: {o['statement']}; it held in {o['held_in_repeats']} of {o['repeats_planned']} "
                    f"repeats. Supported by the paired verdicts: {o['supported_statement']} ('~' = not a finding).")
     for cmp in res["comparisons"]:
+        if not cmp["pairs"]:
+            out.append(f"{cmp['name']}: {cmp['verdict']}.")
+            continue
         out.append(f"{cmp['name']}: {cmp['verdict']}. Mean paired advantage of {label(cmp['a'])} "
                    f"{pct(cmp['mean_diff'], signed=True)} over {cmp['pairs']} paired repeat(s); {label(cmp['a'])} won "
                    f"{cmp['wins_a']}, {label(cmp['b'])} won {cmp['wins_b']}; run-to-run spread "
@@ -329,10 +332,10 @@ def _side_by_side_tables(res: dict) -> list[dict]:
                 name = f"Mean {r['metric'].upper()}"
             unit = " " + r["unit"]
             rows.append((name, num(r["a"], d) + unit if r["a"] is not None else "n/a",
-                         num(r["b"], d) + unit if r["b"] is not None else "n/a", pct(r["change"], signed=True, d=1),
+                         num(r["b"], d) + unit if r["b"] is not None else "n/a", pct(r["change"], signed=True, d=2),
                          num(r["pooled_a"], d) if r["pooled_a"] is not None else "",
                          num(r["pooled_b"], d) if r["pooled_b"] is not None else "",
-                         pct(r["pooled_change"], signed=True, d=1) if r["pooled_change"] is not None else ""))
+                         pct(r["pooled_change"], signed=True, d=2) if r["pooled_change"] is not None else ""))
         flags = c["latency_side_by_side"][0]["flags"] if c["latency_side_by_side"] else []
         note = ("Change = (value at " + B + " - value at " + A + ") / value at " + A + ". Latency: each statistic "
                 "within a trial, then the mean over repeats; 'pooled' pools every repeat's requests first."

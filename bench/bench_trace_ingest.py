@@ -191,17 +191,23 @@ def measure_one(path: Path) -> dict:
     from evidence.profile_analysis import analyze_trace
     from evidence.traces import load_trace
 
+    def cpu() -> float:
+        r = resource.getrusage(resource.RUSAGE_SELF)
+        return r.ru_utime + r.ru_stime
+
     base_rss = _rss_mb()
-    t0 = time.perf_counter()
+    load0 = os.getloadavg()[0]
+    c0, t0 = cpu(), time.perf_counter()
     tr = load_trace(path)
-    t1 = time.perf_counter()
+    c1, t1 = cpu(), time.perf_counter()
     after_load_peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     res = analyze_trace(tr, n_layers=N_LAYERS, budget=2048)
-    t2 = time.perf_counter()
+    c2, t2 = cpu(), time.perf_counter()
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     fw = res["forwards"]
     return {
-        "rows": len(tr.kernels), "ingest_s": t1 - t0, "analyze_s": t2 - t1, "table_mb": tr.kernels.nbytes / 2**20,
+        "rows": len(tr.kernels), "ingest_s": t1 - t0, "analyze_s": t2 - t1, "ingest_cpu_s": c1 - c0,
+        "analyze_cpu_s": c2 - c1, "loadavg": max(load0, os.getloadavg()[0]), "table_mb": tr.kernels.nbytes / 2**20,
         "base_rss_mb": base_rss, "peak_rss_mb": peak, "peak_after_load_mb": after_load_peak,
         "forwards": len(fw["forwards"]), "rejected": len(fw["rejected"]), "steps": res["steps"]["steps"],
         "kernel_active": res["kernel_active"]["fraction"],
@@ -213,6 +219,7 @@ def main() -> None:
     ap.add_argument("--sizes", type=int, nargs="+", default=[500_000, 1_000_000, 2_000_000, 4_000_000])
     ap.add_argument("--out", type=Path, default=ROOT / "bench" / "RESULTS-trace.md")
     ap.add_argument("--tmp", type=Path, default=None, help="where the generated exports go (deleted after)")
+    ap.add_argument("--repeat", type=int, default=3, help="fresh-process measurements per size; the fastest is kept")
     ap.add_argument("--measure", type=Path, help=argparse.SUPPRESS)  # child mode
     a = ap.parse_args()
     if a.measure:
@@ -226,12 +233,20 @@ def main() -> None:
             g0 = time.perf_counter()
             gen = generate(p, n)
             gen_s = time.perf_counter() - g0
-            out = subprocess.run([sys.executable, __file__, "--measure", str(p)], capture_output=True, text=True, check=True)
-            m = json.loads(out.stdout.strip().splitlines()[-1])
+            runs = []
+            for _ in range(a.repeat):
+                out = subprocess.run([sys.executable, __file__, "--measure", str(p)], capture_output=True, text=True, check=True)
+                runs.append(json.loads(out.stdout.strip().splitlines()[-1]))
+            # On a shared machine wall time is noisy: keep the fastest run's times, the largest peak.
+            m = min(runs, key=lambda r: r["ingest_s"] + r["analyze_s"])
+            m = dict(m, peak_rss_mb=max(r["peak_rss_mb"] - r["base_rss_mb"] for r in runs) + m["base_rss_mb"],
+                     ingest_cpu_s=min(r["ingest_cpu_s"] for r in runs), analyze_cpu_s=min(r["analyze_cpu_s"] for r in runs),
+                     loadavg=max(r["loadavg"] for r in runs), runs=len(runs))
             m.update(gen, gen_s=gen_s)
             assert m["rows"] == n, (m["rows"], n)
             results.append(m)
-            print(f"{n:>9,} rows: ingest {m['ingest_s']:.2f} s ({n / m['ingest_s']:,.0f} rows/s), analyze "
+            print(f"{n:>9,} rows: ingest {m['ingest_s']:.2f} s wall / {m['ingest_cpu_s']:.2f} s CPU "
+                  f"({n / m['ingest_s']:,.0f} rows/s wall), analyze "
                   f"{m['analyze_s']:.2f} s, peak RSS +{m['peak_rss_mb'] - m['base_rss_mb']:.0f} MB "
                   f"(table {m['table_mb']:.0f} MB), file {m['bytes'] / 2**20:.0f} MB, generate {gen_s:.1f} s", flush=True)
             p.unlink()
@@ -258,26 +273,32 @@ def write_report(out: Path, results: list[dict], command: str) -> None:
         "Synthetic Nsight Systems SQLite exports (vLLM-like steps: 36-layer forwards, 4 of 5 replayed from CUDA graphs,",
         "NVTX step ranges). Each size is measured in a fresh process: `load_trace` (SQL fetch in 100k-row chunks into",
         "numpy, runtime join by sort + searchsorted) then `analyze_trace(n_layers=36, budget=2048)` (every analysis).",
-        "Peak memory is the process's peak RSS (getrusage) minus its RSS after imports.",
+        "Peak memory is the process's peak RSS (getrusage) minus its RSS after imports. Each size ran",
+        f"{results[0].get('runs', 1)} time(s) in fresh processes; times are the fastest run (wall) and the least CPU",
+        "(user + system), because this host is shared: the 1-minute load average during the runs is in the last column.",
         "",
-        "| kernel rows | runtime rows | file MB | ingest s | ingest rows/s | analyze s | total rows/s | peak RSS MB (above base) | bytes/row at peak | table MB | forwards |",
-        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| kernel rows | runtime rows | file MB | ingest s wall (CPU) | ingest rows/s wall (CPU) | analyze s wall (CPU) "
+        "| total rows/s wall | peak RSS MB above base | bytes/row at peak | table MB | forwards | load avg |",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for m in results:
         peak = m["peak_rss_mb"] - m["base_rss_mb"]
         total = m["ingest_s"] + m["analyze_s"]
         lines.append(
-            f"| {m['rows']:,} | {m['runtime_rows']:,} | {m['bytes'] / 2**20:,.0f} | {m['ingest_s']:.2f} | "
-            f"{m['rows'] / m['ingest_s']:,.0f} | {m['analyze_s']:.2f} | {m['rows'] / total:,.0f} | {peak:,.0f} | "
-            f"{peak * 2**20 / m['rows']:,.0f} | {m['table_mb']:,.0f} | {m['forwards']:,} |")
+            f"| {m['rows']:,} | {m['runtime_rows']:,} | {m['bytes'] / 2**20:,.0f} | {m['ingest_s']:.2f} ({m['ingest_cpu_s']:.2f}) | "
+            f"{m['rows'] / m['ingest_s']:,.0f} ({m['rows'] / m['ingest_cpu_s']:,.0f}) | "
+            f"{m['analyze_s']:.2f} ({m['analyze_cpu_s']:.2f}) | {m['rows'] / total:,.0f} | {peak:,.0f} | "
+            f"{peak * 2**20 / m['rows']:,.0f} | {m['table_mb']:,.0f} | {m['forwards']:,} | {m['loadavg']:.1f} |")
     if len(results) > 1:
         lines += ["", "Growth relative to the smallest size:", "",
-                  "| rows x | ingest time x | analyze time x | peak memory x |", "|---:|---:|---:|---:|"]
+                  "| rows x | ingest wall x | ingest CPU x | analyze wall x | analyze CPU x | peak memory x |",
+                  "|---:|---:|---:|---:|---:|---:|"]
         b = results[0]
         bpeak = b["peak_rss_mb"] - b["base_rss_mb"]
         for m in results[1:]:
             lines.append(f"| {m['rows'] / b['rows']:.1f} | {m['ingest_s'] / b['ingest_s']:.2f} | "
-                         f"{m['analyze_s'] / b['analyze_s']:.2f} | {(m['peak_rss_mb'] - m['base_rss_mb']) / bpeak:.2f} |")
+                         f"{m['ingest_cpu_s'] / b['ingest_cpu_s']:.2f} | {m['analyze_s'] / b['analyze_s']:.2f} | "
+                         f"{m['analyze_cpu_s'] / b['analyze_cpu_s']:.2f} | {(m['peak_rss_mb'] - m['base_rss_mb']) / bpeak:.2f} |")
     out.write_text("\n".join(lines) + "\n", encoding="utf-8")
     print(f"wrote {out}")
 

@@ -79,8 +79,8 @@ def register(app: typer.Typer) -> None:
             help="Transformer layers per forward (36 for Qwen2.5-3B); needed to rebuild forwards."),
         window: Optional[str] = typer.Option(
             None, "--window", metavar="START:END",
-            help="Analysis window in absolute ns, or +<n>[ns|us|ms|s] from the first kernel; an empty "
-                 "side keeps the default (first kernel start to last kernel end)."),
+            help="Analysis window: absolute ns, or an offset from the first kernel such as +250ms or +1.5s "
+                 "(units ns, us, ms, s); an empty side keeps the default (first kernel start to last kernel end)."),
         rules: Optional[Path] = typer.Option(
             None, "--rules", help="Kernel-family rules (YAML/JSON): a list of {name, pattern, family?, geometry?, "
                                   "layer_marker?} or name: pattern pairs, in match order. Default: built-in rules."),
@@ -92,7 +92,7 @@ def register(app: typer.Typer) -> None:
             None, "--heads", min=1, help="Query heads, to read FA2 split-KV grid_z (default: inferred)."),
         gap_factor: float = typer.Option(
             5.0, "--gap-factor", min=1.0, help="A layer-to-layer gap above this x the median ends a forward."),
-        tol: float = typer.Option(0.05, "--tol", min=0.0, help="Relative tolerance of the sustained plateau."),
+        tol: float = typer.Option(0.05, "--tol", min=0.0, help="Plateau tolerance: sequence counts within max <= min x (1 + tol)."),
         min_forwards: int = typer.Option(5, "--min-forwards", min=1, help="Shortest plateau, in forwards."),
         device: Optional[int] = typer.Option(None, "--device", help="Only kernels on this GPU."),
         pid: Optional[int] = typer.Option(None, "--pid", help="Only kernels launched by this process."),

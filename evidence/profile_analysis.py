@@ -16,7 +16,6 @@ The analyses follow notes/profiling.md:
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import re
 from collections import Counter, deque
@@ -45,8 +44,9 @@ __all__ = [
 
 def as_dict(obj: Any) -> Any:
     """Dataclasses, tuples and numpy scalars to plain JSON-ready values (order kept)."""
-    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
-        return {f.name: as_dict(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
+    names = getattr(type(obj), "__dataclass_fields__", None)
+    if names is not None and not isinstance(obj, type):
+        return {n: as_dict(getattr(obj, n)) for n in names}
     if isinstance(obj, dict):
         return {str(k): as_dict(v) for k, v in obj.items()}
     if isinstance(obj, (list, tuple)):
@@ -742,11 +742,10 @@ def _make_forward(index, seg, split, lo, hi, rule, start, end, dur, grid, graph,
     seqs = seq_source = None
     check = "identical"
     if rule.geometry == "fa2_splitkv":
-        per = [fa2_sequences(int(y), int(z), heads) for _, y, z in g.tolist()]
-        if len(set(per)) > 1 or len({tuple(r) for r in g[:, 1:].tolist()}) > 1:
-            vals = sorted({tuple(r) for r in g[:, 1:].tolist()})
-            return f"sequence dimension varies within the forward: (grid_y, grid_z) values {vals}"
-        seqs = per[0]
+        yz = {tuple(r) for r in g[:, 1:].tolist()}
+        if len(yz) > 1:
+            return f"sequence dimension varies within the forward: (grid_y, grid_z) values {sorted(yz)}"
+        seqs = fa2_sequences(*yz.pop(), heads)
         seq_source = "grid (FA2 split-KV: grid_y, or grid_z / heads)" if seqs is not None else None
         gx = {int(v) for v in g[:, 0].tolist()}
         if len(gx) == 1:
@@ -986,6 +985,15 @@ def _layers_hint(kernels: KernelTable, rules: Sequence[FamilyRule], step_of: np.
     return ""
 
 
+def _streams(k: KernelTable) -> list[tuple[int, int]]:
+    """Distinct (device, stream) pairs, without a Python loop over rows."""
+    out = []
+    dev, st = k["device"], k["stream"]
+    for d in np.unique(dev).tolist():
+        out += [(int(d), int(x)) for x in np.unique(st[dev == d]).tolist()]
+    return out
+
+
 def analyze_trace(
     trace: Trace, *, n_layers: int | None = None, window: tuple[int | None, int | None] | None = None,
     rules: Sequence[FamilyRule] = DEFAULT_RULES, output_tokens: int | None = None, budget: int | None = None,
@@ -1003,7 +1011,7 @@ def analyze_trace(
         "trace": {
             "path": trace.path, "format": trace.format, "kernels": len(k), "steps": len(trace.steps),
             "ranges": len(trace.ranges), "graph_kernels": int(k["is_graph"].sum()) if len(k) else 0,
-            "streams": sorted({(int(d), int(s)) for d, s in zip(k["device"].tolist(), k["stream"].tolist())}) if len(k) else [],
+            "streams": _streams(k),
             "num_sms": num_sms, "notes": list(trace.notes),
         },
     }
@@ -1018,7 +1026,11 @@ def analyze_trace(
         else:
             out["steps"] = {"absent": "no engine-step annotations in the trace"}
         return out
-    w = resolve_window(k, window)
+    # The default window spans the kernels being analysed (after the device/pid filter).
+    scope = k if device is None and pid is None else k.filter(select_kernels(k, device=device, pid=pid))
+    if len(scope) == 0:
+        raise ValueError(f"no kernels match device={device} pid={pid}")
+    w = resolve_window(scope, window)
     step_of = place_kernels_in_steps(k, trace.steps)
     out["window"] = as_dict(w)
     out["kernel_active"] = as_dict(kernel_active(k, w, device=device, pid=pid))

@@ -135,8 +135,9 @@ class KernelTable:
             if len(arr) != n:
                 raise ValueError(f"column {col} has {len(arr)} rows, expected {n}")
         self._decoded: dict[str, np.ndarray] = {}
-        if sort and n:
-            order = np.lexsort((self._num["stream"], self._num["device"], self._num["end_ns"], self._num["start_ns"]))
+        start = self._num["start_ns"]
+        if sort and n > 1 and not (start[1:] > start[:-1]).all():  # strictly increasing: already in order
+            order = np.lexsort((self._num["stream"], self._num["device"], self._num["end_ns"], start))
             if not np.array_equal(order, np.arange(n)):
                 self._num = {k: v[order] for k, v in self._num.items()}
                 self._codes = {k: v[order] for k, v in self._codes.items()}
@@ -404,7 +405,8 @@ def _fetch_int_columns(con: sqlite3.Connection, sql: str, ncols: int, nrows: int
     return np.concatenate(parts) if parts else np.zeros((0, ncols), dtype=np.int64)
 
 
-def _fetch_packed(con: sqlite3.Connection, table: str, exprs: Sequence[str | None], nrows: int) -> list[np.ndarray]:
+def _fetch_packed(con: sqlite3.Connection, table: str, exprs: Sequence[str | None], nrows: int,
+                  dtypes: Sequence[np.dtype] | None = None) -> list[np.ndarray]:
     """Integer SQL expressions over a table as int64 columns, NULL (or a None expr) -> -1.
 
     sqlite3 builds a Python int per value and a tuple per row, which is nearly all
@@ -414,7 +416,7 @@ def _fetch_packed(con: sqlite3.Connection, table: str, exprs: Sequence[str | Non
     expression whose range needs more than 62 bits is fetched as it is. Falls back
     to a plain fetch if a column holds non-integers.
     """
-    out = _LazyMissing(nrows, len(exprs))
+    out = _LazyMissing(nrows, len(exprs), dtypes)
     live = [(i, e) for i, e in enumerate(exprs) if e is not None]
     if nrows == 0 or not live:
         return out.done()
@@ -423,7 +425,7 @@ def _fetch_packed(con: sqlite3.Connection, table: str, exprs: Sequence[str | Non
     if not all(b is None or isinstance(b, int) for b in bounds):
         raw = _fetch_int_columns(con, f"SELECT {', '.join(f'COALESCE({e}, -1)' for _, e in live)} FROM {table}", len(live), nrows)
         for j, (i, _) in enumerate(live):
-            out[i] = raw[:, j].copy()
+            out[i] = raw[:, j]
         return out.done()
     words: list[list[tuple[int, int, int, int]]] = []  # per word: (column, lo, width, shift)
     raw_cols: list[tuple[int, str]] = []
@@ -434,7 +436,7 @@ def _fetch_packed(con: sqlite3.Connection, table: str, exprs: Sequence[str | Non
             continue
         lo -= 1  # so the smallest value packs as 1 and NULL as 0
         width = (hi - lo).bit_length()
-        if width > 62:
+        if width > 62 or lo < -(2**63):
             raw_cols.append((i, e))
             continue
         if used + width > 62:
@@ -449,26 +451,33 @@ def _fetch_packed(con: sqlite3.Connection, table: str, exprs: Sequence[str | Non
         return out.done()
     data = _fetch_int_columns(con, f"SELECT {', '.join(sql)} FROM {table}", len(sql), nrows)
     for j, (i, _) in enumerate(raw_cols):
-        out[i] = data[:, j].copy()
+        out[i] = data[:, j]
     for k, w in enumerate(words):
         word = data[:, len(raw_cols) + k]
         for i, lo, width, sh in w:
             v = (word >> sh) & ((1 << width) - 1)
-            col = v + lo
-            col[v == 0] = -1
-            out[i] = col
+            null = v == 0
+            v += lo
+            v[null] = -1
+            out[i] = v
+    del data
     return out.done()
 
 
 class _LazyMissing(dict):
-    """Columns by index; those never set become -1 arrays only at the end."""
+    """Columns by index, cast to their final dtype as they are set (so one int64
+    temporary at a time, not a whole int64 table); unset ones become -1 at the end."""
 
-    def __init__(self, nrows: int, ncols: int) -> None:
+    def __init__(self, nrows: int, ncols: int, dtypes: Sequence[np.dtype] | None) -> None:
         super().__init__()
         self.nrows, self.ncols = nrows, ncols
+        self.dtypes = list(dtypes) if dtypes is not None else [np.dtype(np.int64)] * ncols
+
+    def __setitem__(self, i: int, arr: np.ndarray) -> None:
+        super().__setitem__(i, np.ascontiguousarray(arr, dtype=self.dtypes[i]))
 
     def done(self) -> list[np.ndarray]:
-        return [self[i] if i in self else np.full(self.nrows, -1, np.int64) for i in range(self.ncols)]
+        return [self[i] if i in self else np.full(self.nrows, -1, self.dtypes[i]) for i in range(self.ncols)]
 
 
 def _strings_for(con: sqlite3.Connection, ids: np.ndarray) -> dict[int, str]:
@@ -561,7 +570,8 @@ def _load_nsys(con: sqlite3.Connection, p: Path, tables: set[str]) -> Trace:
     # end is fetched as the duration: a small range, so it packs into few bits.
     exprs = [("\"end\" - \"start\"" if c == "end" else f'"{c}"') if c in have else None for _, c, _ in _NSYS_KERNEL_NUMERIC]
     nrows = con.execute("SELECT COUNT(*) FROM CUPTI_ACTIVITY_KIND_KERNEL").fetchone()[0]
-    raw = _fetch_packed(con, "CUPTI_ACTIVITY_KIND_KERNEL", exprs, nrows)
+    dtypes = [NUMERIC_COLUMNS.get(key, np.dtype(np.int64)) for key, _, _ in _NSYS_KERNEL_NUMERIC]
+    raw = _fetch_packed(con, "CUPTI_ACTIVITY_KIND_KERNEL", exprs, nrows, dtypes)
     col = {key: raw[i] for i, (key, _, _) in enumerate(_NSYS_KERNEL_NUMERIC)}
     col["end_ns"] = col["start_ns"] + col["end_ns"]
     n = nrows

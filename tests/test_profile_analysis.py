@@ -26,10 +26,11 @@ from evidence.profile_analysis import (
 )
 from evidence.traces import TraceError, load_trace
 from trace_fixtures import (
-    BASE_NS, SAMPLER, T0_REL_NS, ForwardSpec, cpu_only_kineto, explicit, vllm_scenario, write_kineto_json,
+    BASE_NS, T0_REL_NS, ForwardSpec, cpu_only_kineto, explicit, real_trace, vllm_scenario, write_kineto_json,
     write_nsys_sqlite,
 )
 
+# The shared data folder sits beside the repository: <root>/shared next to <root>/main.
 SHARED = Path(__file__).resolve().parents[2] / "shared"
 REAL = SHARED / "data" / "h200-vllm0.26-torch-profiler"
 T0 = BASE_NS + T0_REL_NS
@@ -427,7 +428,7 @@ FACTS = {
 def real_result(request):
     if not REAL.is_dir():
         pytest.skip(f"shared trace data not found at {REAL}")
-    tr = load_trace(REAL / request.param)
+    tr = real_trace(request.param)
     return request.param, tr, analyze_trace(tr, n_layers=36, budget=2048)
 
 

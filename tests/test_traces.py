@@ -16,9 +16,10 @@ from evidence.traces import (
 )
 from trace_fixtures import (
     BASE_NS, CACHE, FA2, GEMM_O, PID, SIDE, T0_REL_NS, TID, ForwardSpec, Kernel, Scenario, cpu_only_kineto,
-    explicit, vllm_scenario, write_kineto_json, write_nsys_sqlite,
+    explicit, real_trace, vllm_scenario, write_kineto_json, write_nsys_sqlite,
 )
 
+# The shared data folder sits beside the repository: <root>/shared next to <root>/main.
 SHARED = Path(__file__).resolve().parents[2] / "shared"
 REAL = SHARED / "data" / "h200-vllm0.26-torch-profiler"
 
@@ -259,7 +260,7 @@ real = pytest.mark.skipif(not REAL.is_dir(), reason=f"shared trace data not foun
     ("trace-c256.pt.trace.json.gz", 68_789, 150, 10),
 ])
 def test_real_trace_loads(name, kernels, steps, prefill):
-    tr = load_trace(REAL / name)
+    tr = real_trace(name)
     assert tr.format == "kineto-json"
     assert len(tr.kernels) == kernels
     assert len(tr.steps) == steps

@@ -16,11 +16,15 @@ level so tests can compute expected numbers by hand.
 
 from __future__ import annotations
 
+import functools
 import gzip
 import json
 import sqlite3
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+
+SHARED = Path(__file__).resolve().parents[2] / "shared"
+REAL = SHARED / "data" / "h200-vllm0.26-torch-profiler"
 
 # Kineto's baseTimeNanoseconds, and trace-relative times of realistic magnitude
 # (microsecond timestamps near 5.4e12, where float64 has ~1 ns resolution).
@@ -351,3 +355,11 @@ def explicit(kernels: list[tuple[int, int, int]], **kw) -> Scenario:
 
 def with_kernels(sc: Scenario, **changes) -> Scenario:
     return Scenario([replace(k, **changes) for k in sc.kernels], list(sc.annotations), list(sc.extra_runtime), sc.cpu_ops)
+
+
+@functools.lru_cache(maxsize=None)
+def real_trace(name: str):
+    """A real H200 trace, loaded once per test session (each takes seconds to parse)."""
+    from evidence.traces import load_trace
+
+    return load_trace(REAL / name)

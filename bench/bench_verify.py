@@ -24,6 +24,7 @@ import argparse
 import datetime as dt
 import os
 import platform
+import resource
 import shutil
 import ssl
 import statistics
@@ -77,6 +78,20 @@ def build(root: Path, size_gb: float) -> tuple[Path, int, int]:
     return rel, sum(f["bytes"] for f in meta["files"]), len(meta["files"])
 
 
+def cpu_seconds() -> float:
+    """user + system time of this process and of its waited-for children (subprocesses, bagit's pool)."""
+    a, b = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return a.ru_utime + a.ru_stime + b.ru_utime + b.ru_stime
+
+
+def wait_quiet(max_s: float, below: float) -> float:
+    """Wait (up to max_s) for the 1-minute load average to drop below `below`; returns it."""
+    end = time.time() + max_s
+    while os.getloadavg()[0] >= below and time.time() < end:
+        time.sleep(10)
+    return os.getloadavg()[0]
+
+
 def sh(cmd: str, cwd: Path) -> None:
     r = subprocess.run(cmd, shell=True, cwd=cwd, capture_output=True, text=True)
     if r.returncode != 0:
@@ -100,6 +115,8 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--out", type=Path, default=REPO / "bench" / "RESULTS-verify.md")
     ap.add_argument("--keep", action="store_true", help="keep the release folder afterwards")
+    ap.add_argument("--wait-quiet", type=float, default=0, metavar="S",
+                    help="before each round, wait up to S seconds for the load average to drop below half the cores")
     a = ap.parse_args()
     cores = os.cpu_count() or 1
     a.dir.mkdir(parents=True, exist_ok=True)
@@ -130,20 +147,23 @@ def main() -> None:
     ]
     # round-robin: each round runs every tool once, so background load hits all tools alike
     times: dict[str, list[float]] = {name: [] for name, _, _ in cases}
-    load_before = os.getloadavg()
+    cpus: dict[str, list[float]] = {name: [] for name, _, _ in cases}
+    loads = []
     for r in range(a.repeats):
+        loads.append(wait_quiet(a.wait_quiet, cores / 2) if a.wait_quiet else os.getloadavg()[0])
         for name, _, fn in cases:
-            t = time.perf_counter()
+            c, t = cpu_seconds(), time.perf_counter()
             fn()
             times[name].append(time.perf_counter() - t)
-            print(f"round {r + 1}: {name:40} {times[name][-1]:7.2f} s", flush=True)
-    load_after = os.getloadavg()
+            cpus[name].append(cpu_seconds() - c)
+            print(f"round {r + 1} (load {loads[-1]:.1f}): {name:40} {times[name][-1]:7.2f} s wall {cpus[name][-1]:7.2f} s cpu", flush=True)
+    loads.append(os.getloadavg()[0])
     rows = []
     for name, cmd, _ in cases:
         ts = times[name]
         med = statistics.median(ts)
-        rows.append((name, cmd, med, ts))
-        print(f"{name:40} {med:7.2f} s  {nbytes / med / 1e6:8.0f} MB/s   runs: {', '.join(f'{x:.2f}' for x in ts)}", flush=True)
+        rows.append((name, cmd, med, ts, statistics.median(cpus[name])))
+        print(f"{name:40} {med:7.2f} s  {nbytes / med / 1e6:8.0f} MB/s  cpu {rows[-1][4]:.2f} s  runs: {', '.join(f'{x:.2f}' for x in ts)}", flush=True)
     base = next(r[2] for r in rows if r[0].startswith("sha256sum -c"))
     ours = rows[0][2]
     lines = [
@@ -160,14 +180,15 @@ def main() -> None:
         f"2000 small = 10%), built with `evidence.release.seal` in {a.dir} (outside the repository, deleted afterwards"
         f"{' unless --keep' if not a.keep else ''}). Warm page cache: every tool reads from memory, so this compares "
         "hashing and bookkeeping, not the disk. Tools run round-robin, "
-        f"{a.repeats} rounds, median reported; load average {load_before[0]:.1f} before and {load_after[0]:.1f} after "
-        "(the machine is shared with other work, so absolute numbers are noisy; ratios within a round are steadier). MB/s = payload bytes / seconds; ratio = sha256sum -c time / this time (higher is faster).",
+        f"{a.repeats} rounds, median reported; 1-minute load average at the start of each round and at the end: "
+        f"{', '.join(f'{x:.1f}' for x in loads)} (the machine is shared with other work: wall times are noisy, "
+        "CPU seconds (user + system, children included) much less so). MB/s = payload bytes / seconds; ratio = sha256sum -c time / this time (higher is faster).",
         "",
-        "| tool | command | median s | MB/s | vs sha256sum -c | runs (s) |",
-        "|---|---|---:|---:|---:|---|",
+        "| tool | command | median wall s | MB/s | vs sha256sum -c | CPU s | runs, wall (s) |",
+        "|---|---|---:|---:|---:|---:|---|",
     ]
-    for name, cmd, med, ts in rows:
-        lines.append(f"| {name} | `{cmd}` | {med:.2f} | {nbytes / med / 1e6:.0f} | {base / med:.2f}x | "
+    for name, cmd, med, ts, cpu in rows:
+        lines.append(f"| {name} | `{cmd}` | {med:.2f} | {nbytes / med / 1e6:.0f} | {base / med:.2f}x | {cpu:.2f} | "
                      f"{', '.join(f'{x:.2f}' for x in ts)} |")
     lines += [
         "",

@@ -600,3 +600,14 @@ def test_cli_exit_codes(work, tmp_path):
     assert none.returncode == 2 and "not a release" in none.stderr
     nofreeze = _cli("freeze", "--tag", "v9", cwd=work["repo"])
     assert nofreeze.returncode == 2 and "at least one RUN" in nofreeze.stderr
+
+
+def test_allow_incomplete_is_recorded(tmp_path):
+    run = build_run(tmp_path, run_id="partial", missing=("r2-c4",))
+    with pytest.raises(R.ReleaseError, match="r2-c4"):
+        R.inspect_run(run, frozenset())
+    info = R.inspect_run(run, frozenset({"incomplete"}))
+    assert info["trials"]["missing"] == ["r2-c4"] and info["status"] == "incomplete"
+    assert any("r2-c4" in p for p in info["problems_allowed"])
+    with pytest.raises(R.ReleaseError, match="unknown --allow"):
+        R.freeze("v2", [run], tmp_path, allow=["dirty"])

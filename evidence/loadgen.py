@@ -355,7 +355,7 @@ class _H1Conn(asyncio.Protocol):
     the time `data_received` was entered (the bytes' arrival in this process).
     """
 
-    def __init__(self, t0: float) -> None:
+    def __init__(self, t0: float = 0.0) -> None:
         self.t0 = t0
         self.transport: asyncio.Transport | None = None
         self.closed = False
@@ -394,7 +394,8 @@ class _H1Conn(asyncio.Protocol):
         return False  # close; connection_lost follows
 
     # -- requests
-    def begin(self, request: bytes, sse: SSEStream, fut: asyncio.Future) -> None:
+    def begin(self, request: bytes, sse: SSEStream, fut: asyncio.Future, t0: float) -> None:
+        self.t0 = t0
         self.fut = fut
         self.sse = sse
         self.state = _HEAD
@@ -604,17 +605,10 @@ class H1Client:
         self.opened = 0
         self.retries = 0
 
-    async def _acquire(self) -> _H1Conn:
-        idle = self.idle
-        while idle:
-            c = idle.pop()
-            if not c.closed:
-                c.reused = True
-                return c
+    async def _open(self) -> _H1Conn:
         loop = asyncio.get_running_loop()
-        t0 = self.t0
         try:
-            _, proto = await loop.create_connection(lambda: _H1Conn(t0), self.host, self.port)
+            _, proto = await loop.create_connection(_H1Conn, self.host, self.port)
         except OSError as exc:
             raise _H1Error(f"connect failed: {type(exc).__name__}: {exc}") from exc
         sock = proto.transport.get_extra_info("socket")
@@ -625,6 +619,24 @@ class H1Client:
                 pass
         self.opened += 1
         return proto
+
+    async def _acquire(self) -> _H1Conn:
+        idle = self.idle
+        while idle:
+            c = idle.pop()
+            if not c.closed:
+                c.reused = True
+                return c
+        return await self._open()
+
+    async def preconnect(self, k: int) -> int:
+        """Open k connections ahead (before t0), so TCP handshakes stay out of the
+        measured window. Returns how many opened; a failure here is not an error
+        (the request that needs the connection will report it)."""
+        got = await asyncio.gather(*(self._open() for _ in range(max(0, k))), return_exceptions=True)
+        conns = [c for c in got if isinstance(c, _H1Conn)]
+        self.idle.extend(conns)
+        return len(conns)
 
     async def request(self, rec: RequestRecord, body: bytes) -> RequestRecord:
         pc = time.perf_counter
@@ -638,7 +650,7 @@ class H1Client:
                 for attempt in (0, 1):
                     conn = await self._acquire()
                     fut = asyncio.get_running_loop().create_future()
-                    conn.begin(req, sse, fut)
+                    conn.begin(req, sse, fut, t0)
                     try:
                         t_end = await fut
                         break
@@ -710,7 +722,8 @@ async def run_trial_async(base_url: str, model: str, prompts: Sequence[Prompt], 
                           extra_body: dict | None = None, extra_headers: dict[str, str] | None = None,
                           endpoint: str = "/v1/completions",
                           read_bufsize: int = READ_BUFSIZE, freeze_gc: bool = True,
-                          normalize_schedule: bool = True, http: str = "auto") -> TrialResult:
+                          normalize_schedule: bool = True, http: str = "auto",
+                          preconnect: bool = True) -> TrialResult:
     """Run one trial on the running event loop; see `run_trial`."""
     if max_concurrency is not None and max_concurrency < 1:
         raise ValueError("max_concurrency must be >= 1 (or None for no cap)")
@@ -744,7 +757,15 @@ async def run_trial_async(base_url: str, model: str, prompts: Sequence[Prompt], 
         gc.collect()
         gc.freeze()
         frozen = True
+    preconnected = 0
     try:
+        if http == "h1":
+            client = H1Client(url, 0.0, timeout_s, extra_headers)
+            if preconnect:
+                k = min(n, max_concurrency) if max_concurrency else min(n, 64)
+                preconnected = await client.preconnect(k)
+        else:
+            client = AiohttpClient(sess, url, 0.0, timeout_s, extra_headers)
         # The clock bridge: perf_counter, wall clock and monotonic_ns read together.
         p_a = time.perf_counter()
         t0_unix = time.time()
@@ -752,10 +773,7 @@ async def run_trial_async(base_url: str, model: str, prompts: Sequence[Prompt], 
         t0 = time.perf_counter()
         bridge_s = t0 - p_a
         cpu0 = time.process_time()
-        if http == "h1":
-            client = H1Client(url, t0, timeout_s, extra_headers)
-        else:
-            client = AiohttpClient(sess, url, t0, timeout_s, extra_headers)
+        client.t0 = t0
         if sampler is not None and tele_reason is None:
             sampler.start(t0)
 
@@ -813,7 +831,8 @@ async def run_trial_async(base_url: str, model: str, prompts: Sequence[Prompt], 
         "ended_unix": ended_unix,
         "wall_s": wall,
         "client": {**client_info(max_concurrency, read_bufsize, loop, http),
-                   **({"connections_opened": client.opened, "connection_retries": client.retries}
+                   **({"connections_opened": client.opened, "connection_retries": client.retries,
+                       "preconnected": preconnected}
                       if isinstance(client, H1Client) else {})},
         "client_cpu_s": cpu1 - cpu0,
         "client_cpu_util": (cpu1 - cpu0) / wall if wall > 0 else None,

@@ -293,6 +293,7 @@ class TelemetrySampler:
         if self._session is not None:
             await self._session.close()
             self._session = None
+            await asyncio.sleep(0)  # let the transports finish closing before a caller's loop ends
 
     def meta(self) -> dict[str, Any]:
         return {

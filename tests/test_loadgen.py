@@ -385,7 +385,7 @@ def _drive(pieces):
         conn.connection_made(_FakeTransport())
         fut = loop.create_future()
         sse = SSEStream(rec)
-        conn.begin(b"POST / HTTP/1.1\r\n\r\n", sse, fut)
+        conn.begin(b"POST / HTTP/1.1\r\n\r\n", sse, fut, 0.0)
         for p in pieces:
             conn.data_received(p)
         if fut.done() and fut.exception() is None:

@@ -29,7 +29,7 @@ test: engine model
 
 demo: engine model
 	$(EV) validate specs/demo-cpu.yaml
-	$(EV) run specs/demo-cpu.yaml --run-id demo-cpu --allow-drift
+	$(EV) run specs/demo-cpu.yaml --run-id demo-cpu
 	$(EV) report runs/demo-cpu
 	@echo "report: runs/demo-cpu/report/report.html"
 

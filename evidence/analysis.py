@@ -1204,8 +1204,25 @@ def write_analysis(res: dict, out_dir: Path) -> list[Path]:
 
 
 def analyze_run(run_dir: Path, out_dir: Path | None = None) -> dict:
-    """Read the raw run, compute every table, write analysis.json and the CSVs; return the analysis."""
+    """Read the raw run, compute every table, write analysis.json and the CSVs; return the analysis.
+
+    Beside them, when the run has them: profile.json + profile_*.csv (the diagnostic trace
+    analyses, evidence.profile_run) and anchor.json (our client against an interleaved
+    anchor client, evidence.anchor). Each is a pure function of the raw files.
+    """
+    from .anchor import anchor_comparison
+    from .profile_run import analyze_profile, profile_csvs
+
     data = load_run(Path(run_dir))
     res = compute_analysis(data)
-    write_analysis(res, out_dir if out_dir is not None else default_out_dir(run_dir))
+    out = Path(out_dir if out_dir is not None else default_out_dir(run_dir))
+    write_analysis(res, out)
+    prof = analyze_profile(Path(run_dir))
+    if prof is not None:
+        write_atomic(out / "profile.json", dumps(_round(prof)))
+        for name, text in sorted(profile_csvs(prof).items()):
+            write_atomic(out / name, text)
+    anchor = anchor_comparison(Path(run_dir))
+    if anchor is not None:
+        write_atomic(out / "anchor.json", dumps(_round(anchor)))
     return res

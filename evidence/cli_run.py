@@ -27,6 +27,11 @@ def register(app: typer.Typer) -> None:
                                         help="The commit this checkout is at, when it has no .git (e.g. a copied tree)."),
         no_profile: bool = typer.Option(False, "--no-profile", help="Skip the diagnostic profiling run even if the spec enables it."),
         no_progress: bool = typer.Option(False, "--no-progress", help="No progress bars (for logs and CI)."),
+        interleave: str = typer.Option(None, "--interleave", help="A shell command run against the same server right "
+                                       "after each trial (e.g. `vllm bench serve ...`), to compare another client on "
+                                       "the same server and workload. Placeholders: {base_url} {model} {point} "
+                                       "{prompts} {trial} {out} {input_len} {output_len} {seed}. Its output goes to "
+                                       "interleaved/<trial>/, never into the trial's records."),
         as_json: bool = typer.Option(False, "--json", help="Print the outcome as JSON at the end."),
     ) -> None:
         """Run the spec's sweep against a real engine and record every request.
@@ -55,7 +60,7 @@ def register(app: typer.Typer) -> None:
         try:
             outcome = run_experiment(spec, runs_dir=runs_dir, repo_root=repo_root, run_id=run_id, resume=resume,
                                      allow_drift=allow_drift, code_commit=code_commit, progress=not no_progress,
-                                     profile=not no_profile, console=err)
+                                     profile=not no_profile, console=err, interleave=interleave)
         except RunError as e:
             fail(str(e), e.code)
         res = {

@@ -715,17 +715,20 @@ class VllmEngine(_Base):
             setv(k, "1", "no downloads during a measured run")
         setv("VLLM_NO_USAGE_STATS", "1", "no usage reporting")
         setv("DO_NOT_TRACK", "1", "no usage reporting")
-        tmp = self.cache_dir / "tmp"
-        if len(str(tmp)) > _MAX_TMPDIR_LEN:
-            if self._own_tmp is None:
-                self._own_tmp = Path(tempfile.mkdtemp(prefix="evidence-eng-"))
-            tmp = self._own_tmp
-            why_tmp = f"engine sockets live here; {self.cache_dir}/tmp is too long for a unix socket path"
+        # A private TMPDIR per engine start (removed by stop()): vLLM leaves its ZMQ sockets
+        # there when killed. Under the caller's folder unless that path is too long for a socket.
+        base = self.cache_dir / "tmp"
+        if len(str(base)) + 13 > _MAX_TMPDIR_LEN:
+            base = Path(tempfile.gettempdir())
+            why_tmp = f"engine sockets (under {self.cache_dir} the path would be too long for a unix socket)"
         else:
-            why_tmp = "engine sockets and temporary files stay out of /tmp"
+            why_tmp = "engine sockets and temporary files, out of /tmp; removed when the engine stops"
+        if self._own_tmp is None or not self._own_tmp.is_dir():
+            base.mkdir(parents=True, exist_ok=True)
+            self._own_tmp = Path(tempfile.mkdtemp(prefix="ev-", dir=base))
+        tmp = self._own_tmp
         for sub in ("vllm", "xdg"):
             (self.cache_dir / sub).mkdir(parents=True, exist_ok=True)
-        tmp.mkdir(parents=True, exist_ok=True)
         setv("VLLM_CACHE_ROOT", str(self.cache_dir / "vllm"), "caches stay under the caller's folder")
         setv("XDG_CACHE_HOME", str(self.cache_dir / "xdg"), "caches stay under the caller's folder")
         setv("TMPDIR", str(tmp), why_tmp)

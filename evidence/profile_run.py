@@ -114,3 +114,74 @@ def analyze_profile(run_dir: Path) -> dict[str, Any] | None:
         "layers": spec.profile.layers,
         "points": points,
     }
+
+
+def _g(d: Any, *path: str) -> Any:
+    for k in path:
+        if not isinstance(d, dict):
+            return None
+        d = d.get(k)
+    return d
+
+
+def profile_rows(res: dict) -> dict[str, list[dict]]:
+    """Flat per-point rows for the report and the CSVs: summary, families, geometry."""
+    summary, fams, geo = [], [], []
+    for key in sorted(res.get("points", {}), key=int):
+        pt = res["points"][key]
+        for tr in pt.get("traces", []):
+            a = tr.get("analysis")
+            if a is None:
+                summary.append({"point": int(key), "file": tr["file"], "absent": tr.get("absent")})
+                continue
+            steps = a.get("steps", {})
+            sus = a.get("sustained", {}) if isinstance(a.get("sustained"), dict) else {}
+            row = {
+                "point": int(key), "file": tr["file"],
+                "kernels": _g(a, "trace", "kernels"),
+                "kernel_active_fraction": _g(a, "kernel_active", "fraction"),
+                "kernel_active_absent": _g(a, "kernel_active", "absent"),
+                "output_tokens_in_window": _g(a, "clock_bridge", "output_tokens_in_window"),
+                "steps": steps.get("steps"), "steps_with_prefill": steps.get("steps_with_prefill"),
+                "prefill_steps_at_budget": steps.get("prefill_steps_at_budget"), "budget": steps.get("budget"),
+                "decode_population_mean": _g(steps, "decode_requests", "mean"),
+                "forwards": len(_g(a, "forwards", "forwards") or []) if isinstance(a.get("forwards"), dict) and "forwards" in a["forwards"] else None,
+                "forwards_rejected": len(_g(a, "forwards", "rejected") or []) if isinstance(a.get("forwards"), dict) and "rejected" in a["forwards"] else None,
+            }
+            for path in ("mixed", "decode"):
+                s = sus.get(path) if isinstance(sus.get(path), dict) else {}
+                row[f"sustained_{path}_sequences"] = s.get("mean_sequences")
+                row[f"sustained_{path}_kernel_us"] = (s["mean_kernel_ns"] / 1000.0) if s.get("mean_kernel_ns") is not None else None
+                row[f"sustained_{path}_forwards"] = s.get("forwards")
+            summary.append(row)
+            for f in _g(a, "families", "families") or []:
+                fams.append({"point": int(key), "family": f["family"], "count": f["count"],
+                             "total_ms": f["total_ns"] / 1e6, "share": f["share"],
+                             "per_token_us": (f["per_token_ns"] / 1000.0) if f.get("per_token_ns") is not None else None})
+            for g in a.get("geometry") or []:
+                for grp in g.get("groups") or []:
+                    geo.append({"point": int(key), "rule": grp.get("rule"), "grid": "x".join(str(x) for x in grp.get("grid") or []),
+                                "replay": grp.get("replay"), "count": grp.get("count"),
+                                "total_ms": (grp.get("total_ns") or 0) / 1e6,
+                                "per_token_us": (grp["per_token_ns"] / 1000.0) if grp.get("per_token_ns") is not None else None,
+                                "meaning": grp.get("meaning")})
+    return {"summary": summary, "families": fams, "geometry": geo}
+
+
+def profile_csvs(res: dict) -> dict[str, str]:
+    """Stable CSVs (fixed columns, fixed decimals; empty = not measured)."""
+    import csv
+    import io
+
+    out = {}
+    for name, rows in profile_rows(res).items():
+        if not rows:
+            continue
+        cols = sorted({k for r in rows for k in r}, key=lambda c: (c not in ("point", "file", "family", "rule"), c))
+        buf = io.StringIO()
+        w = csv.writer(buf, lineterminator="\n")
+        w.writerow(cols)
+        for r in rows:
+            w.writerow(["" if r.get(c) is None else (f"{r[c]:.6f}" if isinstance(r[c], float) else r[c]) for c in cols])
+        out[f"profile_{name}.csv"] = buf.getvalue()
+    return out

@@ -524,15 +524,8 @@ def build_context(run_dir: Path, data: RunData, res: dict, figs: dict[str, bytes
     gp, gt = _goodput_tables(res)
     sections.append(section("goodput", "SLO goodput", paragraphs=gp, tables=gt))
     sections.append(section("trials", "Trials", tables=[_trials_table(res)]))
-    prof = profile_results(run_dir)
-    if prof:
-        tabs = []
-        for rel, obj in prof:
-            tabs.extend(_generic_tables(rel, obj))
-        sections.append(section("profile", "Profiling (diagnostic)", paragraphs=[
-            "Diagnostic only: these numbers come from a separate, shorter workload run under a profiler, not from the "
-            "measured trials above. They localize where time goes; they do not reconstruct the throughput tables."],
-            tables=tabs))
+    sections.extend(_profile_sections(run_dir))
+    sections.extend(_anchor_sections(run_dir))
     sections.append(section("caveats", "Caveats", bullets=res["caveats"] or ["None found in the data."]))
     methods = [(k, v if isinstance(v, str) else json.dumps(v, sort_keys=True)) for k, v in sorted(METHODS.items())]
     methods += [(f"metric: {k}", v) for k, v in sorted(METRIC_DOCS.items())]
@@ -559,6 +552,72 @@ def build_context(run_dir: Path, data: RunData, res: dict, figs: dict[str, bytes
         "sections": sections, "figures": figures,
         "caution": bool(c["missing"] or c["with_failures"] or c["zero_completed"] or c["run_status"] != "complete"),
     }
+
+
+def _f(x: Any, d: int = 2, scale: float = 1.0, suffix: str = "") -> str:
+    return "n/a" if x is None else f"{x * scale:,.{d}f}{suffix}"
+
+
+def _profile_sections(run_dir: Path) -> list[dict]:
+    """The article's trace analyses per profiled point (evidence.profile_run), diagnostic only."""
+    from .profile_run import analyze_profile, profile_rows
+
+    prof = analyze_profile(run_dir)
+    if prof is None:
+        return []
+    rows = profile_rows(prof)
+    tabs = []
+    summ = [[r["point"], r["file"], r.get("kernels"), _f(r.get("kernel_active_fraction"), 2, 100, "%"),
+             r.get("output_tokens_in_window"), r.get("steps"), r.get("steps_with_prefill"),
+             r.get("prefill_steps_at_budget"), r.get("budget"), _f(r.get("decode_population_mean"), 1),
+             r.get("forwards"), r.get("forwards_rejected")] for r in rows["summary"] if not r.get("absent")]
+    tabs.append(table("Per profiled point: kernel-active fraction (union over streams), scheduler steps, forwards",
+                      ["point", "trace", "kernels", "kernel-active", "output tokens in window", "steps",
+                       "steps with prefill", "prefill steps at budget", "budget", "mean decode population",
+                       "forwards", "rejected segments"], summ, "llrrrrrrrrrr"))
+    sus = [[r["point"], _f(r.get("sustained_mixed_sequences"), 2), _f(r.get("sustained_mixed_kernel_us"), 2),
+            r.get("sustained_mixed_forwards"), _f(r.get("sustained_decode_sequences"), 2),
+            _f(r.get("sustained_decode_kernel_us"), 2), r.get("sustained_decode_forwards")]
+           for r in rows["summary"] if not r.get("absent")]
+    tabs.append(table("Sustained regime (plateau of consecutive forwards): sequence population and mean attention "
+                      "kernel duration", ["point", "mixed: sequences", "mixed: kernel µs", "mixed: forwards",
+                                          "decode: sequences", "decode: kernel µs", "decode: forwards"], sus))
+    fam = [[r["point"], r["family"], r["count"], _f(r["total_ms"], 3), _f(r["share"], 2, 100, "%"),
+            _f(r.get("per_token_us"), 3)] for r in rows["families"]]
+    tabs.append(table("Kernel families per output token (tokens counted inside the trace window via the clock bridge)",
+                      ["point", "family", "kernels", "total ms", "share", "µs per output token"], fam, "llrrrr"))
+    geo = [[r["point"], r["rule"], r["grid"], r["replay"], r["count"], _f(r["total_ms"], 3),
+            _f(r.get("per_token_us"), 3), r.get("meaning") or ""] for r in rows["geometry"]]
+    if geo:
+        tabs.append(table("Launch geometry of attention kernels (graph-replayed and eager apart)",
+                          ["point", "rule", "grid", "replay", "launches", "total ms", "µs per output token",
+                           "what the grid means"], geo, "lllrrrrl"))
+    absent = [f"C{r['point']} {r['file']}: {r['absent']}" for r in rows["summary"] if r.get("absent")]
+    return [section("profile", "Profiling (diagnostic)", paragraphs=[
+        "Diagnostic only: a separate, shorter workload on a server started for profiling, never mixed with the "
+        "measured trials above; profilers perturb execution, so these numbers localize where GPU time goes and do "
+        "not reconstruct the throughput tables. Kernel families follow the ordered rules "
+        + "; ".join(f"{r['name']}: /{r['pattern']}/" for r in prof["rules"]) + "."] + absent, tables=tabs)]
+
+
+def _anchor_sections(run_dir: Path) -> list[dict]:
+    from .anchor import anchor_comparison
+
+    anc = anchor_comparison(run_dir)
+    if anc is None:
+        return []
+    rows = []
+    for t in anc["trials"]:
+        if t.get("absent"):
+            rows.append([t["trial"], t.get("point"), "n/a", "n/a", "n/a", t["absent"]])
+            continue
+        m = t["metrics"]
+        rows.append([t["trial"], t["point"]] + [
+            f"{_f(m[k]['ours'], 2)} / {_f(m[k]['anchor'], 2)} ({_f(m[k]['ratio'], 3)})"
+            for k in ("output throughput (tok/s)", "mean TTFT (ms)", "mean TPOT (ms)")] + [""])
+    return [section("anchor", "Our client against vLLM's own client", paragraphs=[anc["method"]], tables=[
+        table("Per trial: ours / anchor (ratio)", ["trial", "point", "output tok/s", "mean TTFT ms", "mean TPOT ms", "note"],
+              rows, "lrrrrl")])]
 
 
 def _env(templates: Path):

@@ -163,6 +163,7 @@ def run_experiment(
     profile: bool = True,
     hooks: Hooks | None = None,
     console: Any = None,
+    interleave: str | None = None,
 ) -> RunOutcome:
     from . import engine as engine_mod
     from . import provenance as prov_mod
@@ -217,7 +218,8 @@ def run_experiment(
     old_term = signal.signal(signal.SIGTERM, _on_term)
     try:
         if todo:
-            _sweep(spec, plan, todo, rd, engine, repo_root, progress=progress, hooks=hooks, say=say)
+            _sweep(spec, plan, todo, rd, engine, repo_root, progress=progress, hooks=hooks, say=say,
+                   interleave=interleave)
         if profile and spec.profile.enabled and spec.engine.kind == "vllm" and not _profile_done(rd):
             from .profiling import run_profile
 
@@ -323,7 +325,7 @@ def _start_engine(engine, rd: RunDir, spec: Spec, say) -> None:
 
 
 def _sweep(spec: Spec, plan: Plan, todo: list[Trial], rd: RunDir, engine, repo_root: Path, *,
-           progress: bool, hooks: Hooks, say) -> None:
+           progress: bool, hooks: Hooks, say, interleave: str | None = None) -> None:
     from . import loadgen
 
     w, sw = spec.workload, spec.sweep
@@ -380,10 +382,37 @@ def _sweep(spec: Spec, plan: Plan, todo: list[Trial], rd: RunDir, engine, repo_r
             rd.event("trial_complete", trial=trial.id, completed=summary["completed"], failed=summary["failed"],
                      output_throughput=summary["output_throughput"])
             bar.end_trial(trial, summary)
+            if interleave:
+                _run_interleaved(interleave, spec, rd, engine, trial)
             if "after_trial" in hooks:
                 hooks["after_trial"](trial.id)
     finally:
         bar.close()
+
+
+def _run_interleaved(template: str, spec: Spec, rd: RunDir, engine, trial: Trial) -> None:
+    """Run another client (e.g. `vllm bench serve`) against the same server right after a trial.
+
+    Its output goes to interleaved/<trial>/ (never into trials/), so our records stay
+    clean and the two clients can be compared on the same server and workload. The
+    template's {base_url} {model} {point} {prompts} {trial} {out} {input_len} {output_len}
+    {seed} are filled in; the command runs through the shell.
+    """
+    import subprocess
+
+    out = rd.numbered(rd.path / "interleaved" / trial.id)
+    out.mkdir(parents=True)
+    w = spec.workload
+    cmd = template.format(base_url=engine.base_url, model=_served(spec), point=trial.point, prompts=trial.prompts,
+                          trial=trial.id, out=str(out), input_len=w.input_len, output_len=w.output_len,
+                          seed=w.seed)
+    rd.event("interleaved_start", trial=trial.id, command=cmd)
+    t = time.monotonic()
+    with open(out / "output.log", "wb") as log:
+        rc = subprocess.call(cmd, shell=True, stdout=log, stderr=subprocess.STDOUT, cwd=out)
+    write_json(out / "command.json", {"command": cmd, "exit_code": rc, "seconds": round(time.monotonic() - t, 3),
+                                      "trial": trial.id, "point": trial.point})
+    rd.event("interleaved_done", trial=trial.id, exit_code=rc)
 
 
 def _warmup(spec: Spec, rd: RunDir, engine, repo_root: Path, trial: Trial) -> None:

@@ -31,6 +31,12 @@ def stack(request):
     return request.param
 
 
+# Upper bounds on timings allow for a loaded machine (CI, other work): a late
+# wake-up can add tens of ms to one request. Lower bounds are strict (nothing is
+# ever measured earlier than the stand-in's schedule), and medians are held tight.
+SLACK = 0.25
+
+
 def prompts(n, out=8, inp=16):
     return make_token_prompts(n, inp, out, seed=7, vocab_size=32000)
 
@@ -65,12 +71,13 @@ def test_exact_timing_invariants(server, stack):
         # E2E - TTFT is exactly the sum of the later gaps
         assert e2e - ttft_meas == pytest.approx(sum(gaps), abs=1e-9)
         # TTFT close to the configured one (server schedule + loopback + GIL)
-        assert ttft - 0.002 <= ttft_meas <= ttft + 0.03
+        assert ttft - 0.002 <= ttft_meas <= ttft + SLACK
         # the stand-in schedules chunks absolutely: the last one is due at ttft + 7*itl
-        assert e2e == pytest.approx(ttft + (n_tok - 1) * itl, abs=0.03)
+        assert ttft + (n_tok - 1) * itl - 0.002 <= e2e <= ttft + (n_tok - 1) * itl + SLACK
         assert all(g > 0 for g in gaps)
     m = trial_metrics(r.records)
-    assert m["tpot_ms"]["mean"] == pytest.approx(itl * 1000, abs=4)
+    assert m["ttft_ms"]["median"] == pytest.approx(ttft * 1000, abs=30)
+    assert m["tpot_ms"]["median"] == pytest.approx(itl * 1000, abs=5)
     assert m["itl_ms"]["n"] == 4 * (n_tok - 1)
     assert m["chunk_usage_mismatches"] == 0 and m["output_len_mismatches"] == 0
 
@@ -80,7 +87,7 @@ def test_usage_chunk_does_not_extend_e2e(server, stack):
     for x in r.records:
         assert x.ok, x.error
         assert x.end_s - x.chunk_s[-1] >= 0.14  # [DONE] came ~0.15 s after the last token
-        assert x.chunk_s[-1] - x.send_s < 0.1  # E2E is ttft + 3*itl, not + usage delay
+        assert x.chunk_s[-1] - x.send_s < 0.04 + SLACK  # E2E is ttft + 3*itl, not + usage delay
         assert x.completion_tokens == 4
 
 
@@ -228,14 +235,14 @@ def test_closed_loop_concurrency_cap_and_slot_wait(server, stack):
     assert all(x.intended_s == 0.0 for x in r.records)
     waits = sorted(x.slot_wait_s for x in r.records)
     assert waits[0] < 0.01 and waits[1] < 0.01
-    assert 0.08 <= waits[2] <= 0.2 and 0.08 <= waits[3] <= 0.2
-    assert 0.18 <= waits[4] <= 0.35 and 0.18 <= waits[5] <= 0.35
+    assert 0.08 <= waits[2] <= 0.2 + SLACK and 0.08 <= waits[3] <= 0.2 + SLACK
+    assert 0.18 <= waits[4] <= 0.35 + SLACK and 0.18 <= waits[5] <= 0.35 + SLACK
     # never more than 2 in flight: count overlaps at each send
     for x in r.records:
         inflight = sum(1 for y in r.records if y.send_s <= x.send_s < y.end_s)
         assert inflight <= 2
-    for x in r.records:  # send follows the slot at once
-        assert x.send_s - x.intended_s - x.slot_wait_s < 0.02
+    lags = sorted(x.send_s - x.intended_s - x.slot_wait_s for x in r.records)
+    assert lags[len(lags) // 2] < 0.01 and lags[-1] < SLACK  # send follows the slot at once
 
 
 def test_open_loop_schedule_is_followed(server):
@@ -246,7 +253,9 @@ def test_open_loop_schedule_is_followed(server):
     for x in r.records:
         assert x.ok
         assert x.slot_wait_s == 0.0
-        assert -1e-6 <= x.send_s - x.intended_s < 0.03  # dispatch lag, visible per request
+        assert -1e-6 <= x.send_s - x.intended_s < SLACK  # never early; the lag is visible per request
+    lags = sorted(x.send_s - x.intended_s for x in r.records)
+    assert lags[len(lags) // 2] < 0.01
     assert "Poisson" in r.meta["schedule"]
 
 
@@ -284,8 +293,11 @@ def test_on_request_done_and_meta(server):
     m = r.meta
     for k in ("t0_perf", "t0_unix", "t0_monotonic_ns", "ended_unix", "client_cpu_s", "wall_s"):
         assert k in m
-    assert m["client"]["aiohttp"] and m["client"]["read_bufsize"] >= 16 * 1024 * 1024
-    assert m["client"]["connector_limit"] >= 4
+    assert m["client"]["http_stack"] == "h1" and m["client"]["max_connections"] == 4
+    assert m["client"]["preconnected"] == 4 and m["client"]["connections_opened"] == 4
+    ra = trial(server, n=2, out=2, stack="aiohttp")
+    assert ra.meta["client"]["read_bufsize"] >= 16 * 1024 * 1024
+    assert ra.meta["client"]["connector_limit"] >= 4
     assert m["counts"]["ok"] == 5
     assert m["clock_bridge_uncertainty_s"] < 0.01
     assert abs(m["t0_unix"] - time.time()) < 60

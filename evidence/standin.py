@@ -124,6 +124,7 @@ class Options:
     metrics: bool = True
     max_running: int = 0  # 0: unlimited; otherwise extra requests wait (num_requests_waiting)
     kv_capacity: int = 256  # requests that "fill" the pretend KV cache (for kv_cache_usage_perc)
+    record_writes: bool = False  # keep perf_counter() of every token chunk's write, per prompt (tests)
 
 
 @dataclass
@@ -189,6 +190,9 @@ class Standin:
         self.sem = asyncio.Semaphore(opts.max_running) if opts.max_running > 0 else None
         self._seq = 0
         self._stepper = _Stepper()
+        # prompt key -> perf_counter() just before each token chunk was written
+        # (with record_writes; in-process tests share the clock with the client)
+        self.writes: dict[str, list[float]] = {}
 
     def app(self) -> web.Application:
         app = web.Application(client_max_size=64 * 1024 * 1024)
@@ -283,6 +287,7 @@ class Standin:
             return _err(400, str(exc))
         body = await request.json()
         prompt = body.get("prompt")
+        key = prompt_key(prompt)
         if isinstance(prompt, str):
             n_prompt = len(tokenize(prompt, self.opts, True))
         elif isinstance(prompt, list) and all(isinstance(k, int) for k in prompt):
@@ -312,7 +317,8 @@ class Standin:
             if not body.get("stream"):
                 return await self._plain(b, rid, n, n_prompt, max_tokens, t_arrive)
             opts = body.get("stream_options") or {}
-            return await self._stream(request, b, rid, n, n_prompt, max_tokens, bool(opts.get("include_usage")), t_arrive)
+            return await self._stream(request, b, rid, n, n_prompt, max_tokens, bool(opts.get("include_usage")),
+                                      t_arrive, key)
         finally:
             self.c.running -= 1
             if self.sem is not None:
@@ -357,7 +363,7 @@ class Standin:
         return out
 
     async def _stream(self, request: web.Request, b: Behavior, rid: str, n: int, n_prompt: int,
-                      max_tokens: int, include_usage: bool, t_arrive: float) -> web.StreamResponse:
+                      max_tokens: int, include_usage: bool, t_arrive: float, key: str = "") -> web.StreamResponse:
         resp = web.StreamResponse(status=200, headers={"Content-Type": "text/event-stream; charset=utf-8",
                                                        "Cache-Control": "no-cache"})
         await resp.prepare(request)
@@ -402,37 +408,42 @@ class Standin:
         pace = b.itl_s == 0 and not b.burst
         if pace and fault in ("none", "no_usage", "no_done") and b.usage_delay_s == 0:
             return await self._stepped(request, resp, items, n, max_tokens, t_first, t_arrive)
+        log = self.writes.setdefault(key, []) if self.opts.record_writes else None
         cut = fault in ("hang", "drop", "truncate")
         batch: list[bytes] = []
+        batch_toks = 0
         j = 0
         sent_tokens = 0
+
+        async def flush() -> None:
+            nonlocal batch, batch_toks
+            if batch:
+                if log is not None:
+                    log.extend([time.perf_counter()] * batch_toks)
+                await resp.write(b"".join(batch))
+                batch, batch_toks = [], 0
+
         for kind, m, ntok in items:
             if kind == "tok":
                 if cut and j == after:
                     break
                 due = t_first + j * b.itl_s
                 if due > time.perf_counter():
-                    if batch:
-                        await resp.write(b"".join(batch))
-                        batch = []
+                    await flush()
                     await _sleep_until(due)
                 elif j > 0 and pace:
-                    if batch:
-                        await resp.write(b"".join(batch))
-                        batch = []
+                    await flush()
                     await asyncio.sleep(0)
                 if j == 0:
                     self.c.ttft_obs.append(time.perf_counter() - t_arrive)
                 j += 1
                 sent_tokens += ntok
+                batch_toks += 1
             elif kind == "usage" and b.usage_delay_s > 0:
-                if batch:
-                    await resp.write(b"".join(batch))
-                    batch = []
+                await flush()
                 await asyncio.sleep(b.usage_delay_s)
             batch.append(m)
-        if batch:
-            await resp.write(b"".join(batch))
+        await flush()
         self.c.generation_tokens += sent_tokens
         if cut:
             if fault == "hang":
@@ -522,6 +533,13 @@ class _Stepper:
                     keep.append(s)
             self.active = keep
             await asyncio.sleep(0)
+
+
+def prompt_key(prompt: Any) -> str:
+    """How `Standin.writes` names a request: its prompt's first 8 ids, or first 64 characters."""
+    if isinstance(prompt, list):
+        return ",".join(str(k) for k in prompt[:8])
+    return str(prompt)[:64]
 
 
 async def _sleep_until(t: float) -> None:

@@ -495,3 +495,26 @@ def test_h1_retries_once_when_a_reused_connection_was_closed():
     r = asyncio.run(main())
     assert [x.ok for x in r.records] == [True, True, True], [x.error for x in r.records]
     assert r.meta["client"]["connection_retries"] >= 1
+
+
+def test_chunk_times_match_when_the_standin_wrote_them(stack):
+    """Known answer from the other side: the in-process stand-in logs perf_counter()
+    just before writing each chunk (same clock as the client). Every chunk must be
+    stamped after its write, and soon after it (arrival, not after parsing)."""
+    from evidence.standin import prompt_key
+    srv = StandinServer(record_writes=True, ttft_s=0.02, itl_s=0.004)
+    with srv as url:
+        ps = prompts(6, 12)
+        r = run_trial(url, "standin", ps, max_concurrency=3, telemetry=False, http=stack, timeout_s=5)
+        writes = srv.standin.writes
+    t0 = r.meta["t0_perf"]
+    delays = []
+    for p, x in zip(ps, r.records):
+        w = writes[prompt_key(p.token_ids)]
+        assert x.ok and len(w) == len(x.chunk_s) == 12
+        for tw, tc in zip(w, x.chunk_s):
+            assert t0 + tc >= tw  # never stamped before the server wrote it
+            delays.append(t0 + tc - tw)
+    delays.sort()
+    assert delays[len(delays) // 2] < 0.003  # median write-to-stamp delay: loopback + one loop turn
+    assert delays[-1] < SLACK

@@ -47,10 +47,14 @@ ENV_NAMES = ("PYTHONHASHSEED", "LD_PRELOAD", "SOURCE_DATE_EPOCH", "TZ", "CI")
 
 _SECRET_NAME_PARTS = ("TOKEN", "KEY", "SECRET", "PASSWORD", "PASSWD", "CREDENTIAL")
 #: the last word of a structured key that makes its value a secret (api_key, hf_token, db_password ...)
-_SECRET_LAST_WORDS = {"token", "key", "secret", "password", "passwd", "credential", "credentials",
-                      "apikey", "pwd", "authorization", "cookie"}
+_SECRET_LAST_WORDS = {"token", "key", "secret", "password", "passwd", "credential", "credentials", "apikey",
+                      "authtoken", "accesstoken", "refreshtoken", "secretkey", "privatekey", "pwd", "authorization",
+                      "cookie"}
+#: words before "token"/"key" that make it a harmless name (eos_token, sort_key ...)
 _NOT_SECRET_PREV = {"eos", "bos", "pad", "unk", "sep", "cls", "mask", "start", "end", "special", "sort", "primary",
-                    "partition", "cache", "dict", "group", "hash", "sort", "foreign"}
+                    "partition", "cache", "dict", "group", "hash", "foreign", "max", "num", "first", "last", "next"}
+#: bare names that say little on their own: a value under them must look like a credential
+_WEAK_BARE = {"token", "key"}
 
 #: (kind, pattern); the secret is the named group "s" where there is one, else the whole match.
 _VALUE_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
@@ -98,27 +102,43 @@ def secret_env_name(name: str) -> bool:
 def secret_key_name(name: str) -> bool:
     """A structured key (api_key, hf_token, DB_PASSWORD, Authorization...) whose value is a secret.
 
-    Decided on the key's last word so that `max_num_batched_tokens`, `tokenizer`
-    or `eos_token_id` are kept; environment-style names (all caps) use the
-    stricter substring rule.
+    Decided on the key's last word so that `max_num_batched_tokens`, `tokenizer`,
+    `eos_token_id` or `MEAN_KEYS` are kept. (The environment allow-list uses the
+    stricter substring rule, `secret_env_name`.)
     """
     if not name:
         return False
-    if name.isupper() and re.fullmatch(r"[A-Z][A-Z0-9_]*", name):
-        return secret_env_name(name)
-    words = [w.lower() for w in re.findall(r"[A-Za-z][a-z0-9]*|[A-Z]+(?![a-z])", name)]
+    words = [w.lower() for part in re.split(r"[^A-Za-z0-9]+", name)
+             for w in re.findall(r"[A-Z]+(?=[A-Z][a-z])|[A-Z]?[a-z0-9]+|[A-Z0-9]+", part)]
     if not words:
         return False
     last = words[-1]
-    if last in {"eos", "bos"}:
+    if last not in _SECRET_LAST_WORDS:
         return False
-    if last in _SECRET_LAST_WORDS or last.endswith(("token", "secret", "password", "apikey")):
-        if last == "token" and len(words) > 1 and words[-2] in _NOT_SECRET_PREV:
-            return False
-        if last == "key" and len(words) > 1 and words[-2] in _NOT_SECRET_PREV:
-            return False
-        return True
-    return False
+    if last in ("token", "key") and len(words) > 1 and words[-2] in _NOT_SECRET_PREV:
+        return False
+    return True
+
+
+_CODE_WORDS = {"none", "null", "true", "false", "lambda", "self", "cls", "str", "int", "float", "dict", "list",
+               "required", "optional", "redacted", "field", "default", "unknown", "missing"}
+
+
+def _credential_like(value: str, name: str) -> bool:
+    """Whether a value under a secret-sounding name looks like a real credential (not code or a placeholder)."""
+    v = value.strip()
+    if not v or REDACTED in v or v.startswith("<") or v.startswith("$") or v.startswith("{"):
+        return False
+    if re.fullmatch(r"[\d.eE+-]+", v) or v.lower() in _CODE_WORDS or set(v) <= {"*", "x", "X", "."}:
+        return False
+    if re.fullmatch(r"[A-Z][A-Z0-9_]*", v):  # a constant's name
+        return False
+    if re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)+", v):  # attribute access
+        return False
+    if name.lower().strip("_-") in _WEAK_BARE:
+        return len(v) >= 16 and bool(re.search(r"[A-Za-z]", v)) and bool(re.search(r"\d", v))
+    # a plain word ("nothing", "required") is prose or code; a credential has a digit or a symbol, or is long
+    return len(v) >= 6 and (bool(re.search(r"[\d\W_]", v)) or len(v) >= 12)
 
 
 def scrub_text(text: str) -> str:
@@ -195,7 +215,7 @@ def allowed_env(environ: Mapping[str, str] | None = None) -> dict[str, str]:
     return out
 
 
-_ASSIGN = re.compile(r"""(?P<name>[A-Za-z_][A-Za-z0-9_.-]*)["']?\s*[:=]\s*["']?(?P<value>[^\s"',;}{\]\[]{6,})""")
+_ASSIGN = re.compile(r"""(?P<name>[A-Za-z_][A-Za-z0-9_.-]*)["']?\s*[:=]\s*["']?(?P<value>[^\s"',;}{\]\[()]{6,})""")
 _SPECIAL_TOKEN_VALUE = re.compile(r"^<\|?[\w.-]*\|?>$")
 
 
@@ -207,11 +227,9 @@ def _scan_text(text: str) -> list[tuple[int, str, str]]:
             hits.append((n, kind, _mask(line[a:b])))
         for m in _ASSIGN.finditer(line):
             name, value = m.group("name"), m.group("value")
-            if value == REDACTED or value.startswith("<redacted") or _SPECIAL_TOKEN_VALUE.match(value):
+            if _SPECIAL_TOKEN_VALUE.match(value) or not secret_key_name(name.split(".")[-1]):
                 continue
-            if value.lower() in ("none", "null", "true", "false") or re.fullmatch(r"[\d.eE+-]+", value):
-                continue
-            if secret_key_name(name) or (name.isupper() and secret_env_name(name)):
+            if _credential_like(value, name.split(".")[-1]):
                 hits.append((n, f"value of {name}", _mask(value)))
     return hits
 
@@ -249,7 +267,7 @@ def find_secrets(path_or_tree: Any, *, max_bytes: int = 64 * 1024 * 1024) -> lis
         if isinstance(node, Mapping):
             for k, v in node.items():
                 path = f"{where}.{k}" if where else str(k)
-                if isinstance(k, str) and secret_key_name(k) and isinstance(v, str) and v and v != REDACTED:
+                if isinstance(k, str) and secret_key_name(k) and isinstance(v, str) and _credential_like(v, k):
                     found.append({"path": path, "line": None, "kind": f"value of {k}", "excerpt": _mask(v)})
                 else:
                     walk(v, path)
@@ -663,6 +681,11 @@ def _engine_section(spec: Spec, engine: Any, engine_python: str | None, root: Pa
     sec["reported_version"] = reported
     sec["version"] = reported or (build or {}).get("version")
     sec["version_source"] = "/version" if reported else ("installed distribution" if build else None)
+    if engine is not None and hasattr(engine, "environment") and not getattr(engine, "env_applied", None):
+        try:
+            engine.environment()  # fills env_applied: what the engine will be given, and why
+        except Exception:
+            pass
     if engine is not None and hasattr(engine, "describe"):
         try:
             sec["launch"] = engine.describe()

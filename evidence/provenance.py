@@ -300,9 +300,10 @@ def _read(path: str) -> str | None:
         return None
 
 
-def _run(argv: list[str], timeout: float = 30) -> tuple[int, str, str]:
+def _run(argv: list[str], timeout: float = 30, env: Mapping[str, str] | None = None) -> tuple[int, str, str]:
     try:
-        p = subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
+        p = subprocess.run(argv, capture_output=True, text=True, timeout=timeout,
+                           env=dict(env) if env is not None else None)
         return p.returncode, p.stdout, p.stderr
     except (OSError, subprocess.TimeoutExpired) as e:
         return -1, "", str(e)
@@ -544,9 +545,9 @@ print(json.dumps({"version": sys.version.split()[0], "implementation": platform.
 """
 
 
-def engine_python_info(python: str) -> dict[str, Any]:
-    """The engine python's version and every installed package (run in that python)."""
-    rc, out, err = _run([python, "-c", _ENGINE_PROBE], timeout=120)
+def engine_python_info(python: str, env: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """The engine python's version and every installed package (run in that python, in the engine's env)."""
+    rc, out, err = _run([python, "-c", _ENGINE_PROBE], timeout=120, env=env)
     if rc != 0:
         return {"executable": python, "error": f"could not inspect the engine python (exit {rc}): {err.strip()[-300:]}"}
     try:
@@ -654,26 +655,29 @@ def git_info(repo_root: Path, code_commit: str | None = None, code_dirty: bool |
 # -------------------------------------------------------------- collection --
 
 
-def _engine_section(spec: Spec, engine: Any, engine_python: str | None, root: Path) -> tuple[dict[str, Any], str | None]:
+def _engine_section(spec: Spec, engine: Any, engine_python: str | None,
+                    root: Path) -> tuple[dict[str, Any], str | None, dict[str, str] | None]:
     sec: dict[str, Any] = {"kind": spec.engine.kind, "requested_version": spec.engine.version}
     py = engine_python
+    probe = engine if engine is not None and hasattr(engine, "probe_env") else None
     if engine is not None and py is None:
         py = getattr(engine, "python", None)
-    if engine is None and py is None and spec.engine.kind == "vllm":
+    if engine is None and spec.engine.kind == "vllm":
         from .engine import VllmEngine
 
         try:
             probe = VllmEngine(spec, root, port=1)
-            py = probe.python
+            py = py or probe.python
         except Exception:
-            py = None
+            probe = None
+    env = probe.probe_env() if probe is not None else None
     build = None
-    if engine is not None and hasattr(engine, "build"):
+    if engine is not None and hasattr(engine, "build") and (engine_python is None or engine_python == py):
         build = engine.build()
     elif py:
         from .engine import engine_build
 
-        build = engine_build(py)
+        build = engine_build(py, env)
     sec["build"] = build
     reported = None
     if engine is not None and hasattr(engine, "alive") and engine.alive():
@@ -692,7 +696,7 @@ def _engine_section(spec: Spec, engine: Any, engine_python: str | None, root: Pa
         except Exception as e:
             sec["launch_error"] = str(e)
     sec["python"] = py
-    return sec, py
+    return sec, py, env
 
 
 def collect_provenance(
@@ -724,8 +728,9 @@ def collect_provenance(
         build = engine_build(py) if py else None
         engine_sec = {"kind": None, "build": build, "version": (build or {}).get("version"),
                       "version_source": "installed distribution" if build else None, "python": py}
+        probe_env = None
     else:
-        engine_sec, py = _engine_section(spec, engine, engine_python, root)
+        engine_sec, py, probe_env = _engine_section(spec, engine, engine_python, root)
     env_engine = dict(getattr(engine, "env_applied", {}) or {})
     visible = (env_engine.get("CUDA_VISIBLE_DEVICES") or {}).get("value") if env_engine else None
     if visible is None:
@@ -751,7 +756,7 @@ def collect_provenance(
         },
     }
     if py and (spec is None or spec.engine.kind == "vllm"):
-        prov["python"]["engine"] = engine_python_info(py)
+        prov["python"]["engine"] = engine_python_info(py, probe_env)
     if engine is not None and hasattr(engine, "resolved") and getattr(engine, "alive", lambda: False)():
         try:
             res = engine.resolved()

@@ -124,6 +124,11 @@ def _g(d: Any, *path: str) -> Any:
     return d
 
 
+def _list(x: Any) -> list:
+    """An analysis that could not run is {"absent": why}, not a list: iterate nothing then."""
+    return x if isinstance(x, list) else []
+
+
 def profile_rows(res: dict) -> dict[str, list[dict]]:
     """Flat per-point rows for the report and the CSVs: summary, families, geometry."""
     summary, fams, geo = [], [], []
@@ -142,6 +147,8 @@ def profile_rows(res: dict) -> dict[str, list[dict]]:
                 "kernel_active_fraction": _g(a, "kernel_active", "fraction"),
                 "kernel_active_absent": _g(a, "kernel_active", "absent"),
                 "output_tokens_in_window": _g(a, "clock_bridge", "output_tokens_in_window"),
+                "absent_reasons": "; ".join(sorted({str(v["absent"]) for v in a.values()
+                                                     if isinstance(v, dict) and v.get("absent")})) or None,
                 "steps": steps.get("steps"), "steps_with_prefill": steps.get("steps_with_prefill"),
                 "prefill_steps_at_budget": steps.get("prefill_steps_at_budget"), "budget": steps.get("budget"),
                 "decode_population_mean": _g(steps, "decode_requests", "mean"),
@@ -154,12 +161,12 @@ def profile_rows(res: dict) -> dict[str, list[dict]]:
                 row[f"sustained_{path}_kernel_us"] = (s["mean_kernel_ns"] / 1000.0) if s.get("mean_kernel_ns") is not None else None
                 row[f"sustained_{path}_forwards"] = s.get("forwards")
             summary.append(row)
-            for f in _g(a, "families", "families") or []:
+            for f in _list(_g(a, "families", "families")):
                 fams.append({"point": int(key), "family": f["family"], "count": f["count"],
                              "total_ms": f["total_ns"] / 1e6, "share": f["share"],
                              "per_token_us": (f["per_token_ns"] / 1000.0) if f.get("per_token_ns") is not None else None})
-            for g in a.get("geometry") or []:
-                for grp in g.get("groups") or []:
+            for g in _list(a.get("geometry")):
+                for grp in _list(g.get("groups")):
                     geo.append({"point": int(key), "rule": grp.get("rule"), "grid": "x".join(str(x) for x in grp.get("grid") or []),
                                 "replay": grp.get("replay"), "count": grp.get("count"),
                                 "total_ms": (grp.get("total_ns") or 0) / 1e6,

@@ -593,6 +593,8 @@ def _profile_sections(run_dir: Path) -> list[dict]:
                           ["point", "rule", "grid", "replay", "launches", "total ms", "µs per output token",
                            "what the grid means"], geo, "lllrrrrl"))
     absent = [f"C{r['point']} {r['file']}: {r['absent']}" for r in rows["summary"] if r.get("absent")]
+    absent += [f"C{r['point']} {r['file']}: {r['absent_reasons']}" for r in rows["summary"]
+               if not r.get("absent") and r.get("absent_reasons")]
     return [section("profile", "Profiling (diagnostic)", paragraphs=[
         "Diagnostic only: a separate, shorter workload on a server started for profiling, never mixed with the "
         "measured trials above; profilers perturb execution, so these numbers localize where GPU time goes and do "

@@ -299,6 +299,32 @@ def write_report(out: Path, results: list[dict], command: str) -> None:
             lines.append(f"| {m['rows'] / b['rows']:.1f} | {m['ingest_s'] / b['ingest_s']:.2f} | "
                          f"{m['ingest_cpu_s'] / b['ingest_cpu_s']:.2f} | {m['analyze_s'] / b['analyze_s']:.2f} | "
                          f"{m['analyze_cpu_s'] / b['analyze_cpu_s']:.2f} | {(m['peak_rss_mb'] - m['base_rss_mb']) / bpeak:.2f} |")
+    # A computed reading, so the prose always matches the numbers above it.
+    ing = [m["rows"] / m["ingest_cpu_s"] for m in results]
+    ana = [m["rows"] / m["analyze_cpu_s"] for m in results]
+    bpr = [(m["peak_rss_mb"] - m["base_rss_mb"]) * 2**20 / m["rows"] for m in results]
+    tbl = results[-1]["table_mb"] * 2**20 / results[-1]["rows"]
+    a, b = results[0], results[-1]
+    marginal = (((b["peak_rss_mb"] - b["base_rss_mb"]) - (a["peak_rss_mb"] - a["base_rss_mb"])) * 2**20
+                / max(b["rows"] - a["rows"], 1)) if len(results) > 1 else bpr[0]
+    lines += ["", "Reading:", "",
+              f"- Ingest runs at {min(ing):,.0f}-{max(ing):,.0f} kernel rows per CPU-second and the full analysis at "
+              f"{min(ana):,.0f}-{max(ana):,.0f}; wall-clock rates are lower and uneven because other jobs shared the "
+              f"{os.cpu_count()} CPUs (see load avg), so the CPU columns are the ones to compare.",
+              f"- Peak memory is {min(bpr):,.0f}-{max(bpr):,.0f} bytes per kernel row; each added row costs "
+              f"{marginal:,.0f} bytes at peak, {marginal / tbl:.1f}x what it takes in the finished table ({tbl:.0f} "
+              "bytes/row: int64 times and ids, int32 geometry and name codes). The rest is transient: the packed fetch "
+              "buffer, launch-join keys, and the name ids before they become codes.",
+              f"- Both grow linearly: {results[-1]['rows'] / results[0]['rows']:.0f}x the rows took "
+              f"{results[-1]['ingest_cpu_s'] / results[0]['ingest_cpu_s']:.1f}x the ingest CPU time, "
+              f"{results[-1]['analyze_cpu_s'] / results[0]['analyze_cpu_s']:.1f}x the analysis CPU time and "
+              f"{(results[-1]['peak_rss_mb'] - results[-1]['base_rss_mb']) / (results[0]['peak_rss_mb'] - results[0]['base_rss_mb']):.1f}x "
+              "the peak memory.",
+              "- Ingest cost is almost all sqlite3 building Python objects per fetched value. The loader first takes each "
+              "column's range (one aggregate pass), then fetches the columns offset and bit-packed into a few 62-bit "
+              "words per row that numpy unpacks, instead of ~20 values per row.",
+              "", "<details><summary>raw results</summary>", "", "```json",
+              json.dumps(results, indent=1, sort_keys=True), "```", "", "</details>"]
     out.write_text("\n".join(lines) + "\n", encoding="utf-8")
     print(f"wrote {out}")
 

@@ -391,6 +391,17 @@ def test_analyze_trace_is_json_ready_and_deterministic(three_fw):
     assert "--layers" in hint and "36 attention kernels" in hint
 
 
+def test_analyze_trace_device_filter_scopes_the_default_window(tmp_path):
+    sc = explicit([(7, 0, 100), (7, 1_000, 1_100)])
+    sc.kernels[1].device = 1
+    tr = load_trace(write_nsys_sqlite(tmp_path / "d.sqlite", sc))
+    r = analyze_trace(tr, device=1)
+    assert r["window"]["start_ns"] == T0 + 1_000 and r["kernel_active"]["fraction"] == 1.0
+    assert analyze_trace(tr)["kernel_active"]["fraction"] == 200 / 1_100
+    with pytest.raises(ValueError, match="no kernels match"):
+        analyze_trace(tr, device=5)
+
+
 def test_cpu_only_trace_analyses_are_absent(tmp_path):
     r = analyze_trace(load_trace(cpu_only_kineto(tmp_path / "cpu.json")), n_layers=36)
     assert r["trace"]["kernels"] == 0
@@ -539,6 +550,7 @@ def test_cli_cpu_only_trace(tmp_path):
     (["BAD"], "neither an Nsight Systems"),
     (["GOOD", "--window", "soon:later"], "--window"),
     (["GOOD", "--rules", "RULES"], "bad regex"),
+    (["GOOD", "--device", "5"], "no kernels match"),
 ])
 def test_cli_bad_input_exits_2_with_one_paragraph(tmp_path, args, needle):
     bad = tmp_path / "bad.bin"

@@ -77,7 +77,7 @@ def _progress(console: Console) -> tuple[Any, Any]:
     return cb, bar
 
 
-def render_report(rep: VerifyReport, console: Console) -> None:
+def print_report(rep: VerifyReport, console: Console) -> None:
     t = Table(title=f"verify {rep.path}" + (f" (tag {rep.tag})" if rep.tag else ""))
     t.add_column("check")
     t.add_column("status")
@@ -162,5 +162,5 @@ def register(app: typer.Typer) -> None:
         if as_json:
             sys.stdout.write(dumps(rep.as_dict()))
         else:
-            render_report(rep, out)
+            print_report(rep, out)
         raise typer.Exit(rep.exit_code)

@@ -636,7 +636,7 @@ def build_provenance(meta: dict, run_id: str) -> dict:
     }
 
 
-def _file_entries(root: Path, digests: dict[str, FileDigest]) -> list[dict]:
+def _file_entries(digests: dict[str, FileDigest]) -> list[dict]:
     out = []
     for p, d in digests.items():
         r = role_of(p)
@@ -658,13 +658,13 @@ def seal(release_dir: Path, meta: dict, *, workers: int | None = None, progress:
         raise ReleaseError(f"could not read payload files: {', '.join(f'{p} ({e})' for p, e in list(errs.items())[:5])}")
     digests = {f"{PAYLOAD_DIR}/{p}": d for p, d in digests.items()}
     meta = {k: v for k, v in meta.items() if k != "files"}
-    meta["files"] = _file_entries(release_dir, digests)
+    meta["files"] = _file_entries(digests)
     for rid in sorted({r["id"] for r in meta.get("runs", [])}):
         body = dumps(build_provenance(meta, rid)).encode("utf-8")
         rel = payload_path("provenance", rid)
         write_atomic(release_dir / rel, body)
         digests[rel] = FileDigest(len(body), sha256_bytes(body))
-    meta["files"] = _file_entries(release_dir, digests)
+    meta["files"] = _file_entries(digests)
     write_atomic(release_dir / RELEASE_JSON, dumps(meta))
     write_atomic(release_dir / BAGIT_TXT, BAGIT_DECLARATION)
     write_atomic(release_dir / BAG_INFO, render_bag_info(meta))
@@ -719,7 +719,6 @@ def regenerate(raw_dir: Path, work: Path, *, sde: int | None = None) -> dict[str
     ws = Path(work) / run_id
     copy_tree_files(Path(raw_dir), ws, skip_top=DERIVED_ROLES)
     out: dict[str, Path | Exception] = {}
-    steps: list[tuple[str, Callable[[], Any]]] = []
 
     def analysis() -> None:
         from .analysis import analyze_run
@@ -1018,7 +1017,7 @@ def freeze(
         say(f"wrote {final} and {tar_path} (sha256 {tar_sha})")
         # 6. commit the folder, the tar and its sha256; then the annotated tag
         paths = [str(p.relative_to(repo_root)) for p in (final, tar_path, sha_path)]
-        n_files = sum(1 for f in meta["files"])
+        n_files = len(meta["files"])
         n_bytes = sum(f["bytes"] for f in meta["files"])
         msg = (f"release {tag}: {', '.join(ids)}\n\nFrozen by evidence {__version__} from {head.hexsha}.\n"
                f"{n_files} payload files, {n_bytes} bytes.\n\n" + tag_message(tag, None, digests, tar_sha).split("\n", 2)[2])
@@ -1130,7 +1129,8 @@ class _Ctx:
 
     def _manifest(self, name: str) -> tuple[dict[str, ManifestEntry], list[Finding], str]:
         if self.root is None or name not in self.inv.files:
-            return {}, [], "missing" if self.root is None or name not in self.inv.symlinks else "not a regular file"
+            present = self.root is not None and (name in self.inv.symlinks or name in self.inv.special)
+            return {}, [], "not a regular file" if present else "missing"
         data = (self.root / name).read_bytes()
         entries, problems = parse_manifest(data, name)
         return {e.path: e for e in entries}, problems, "ok"

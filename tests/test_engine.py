@@ -6,8 +6,6 @@ nothing running, the endpoint adapter, the launcher and the installer's marker."
 from __future__ import annotations
 
 import importlib.metadata as md
-import json
-import os
 import subprocess
 import sys
 import time
@@ -188,7 +186,6 @@ def test_command_maps_every_argument_to_vllm_flags():
 
 def test_flag_spellings_exist_in_vllm_0_32():
     """Every flag command() can emit is one vLLM 0.32's own argument parser defines."""
-    require = pytest.importorskip  # noqa: F841 (kept simple: read the installed source)
     src = ROOT / ".venv-vllm" / "lib" / "python3.11" / "site-packages" / "vllm" / "engine" / "arg_utils.py"
     if not src.exists():
         pytest.skip("the engine venv is not installed")

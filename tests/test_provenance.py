@@ -7,7 +7,6 @@ import hashlib
 import json
 import os
 import stat
-from pathlib import Path
 
 import pytest
 

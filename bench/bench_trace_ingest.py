@@ -121,14 +121,12 @@ def generate(path: Path, n_rows: int, chunk_steps: int = 400) -> dict:
             if mixed:  # eager: one launch call per kernel, 50 us ahead of it
                 corrs[:fwd] = corr + np.arange(fwd)
                 launch_start[:fwd] = start[:fwd] - 50_000
-                api = np.full(fwd, API["cudaLaunchKernel_v7000"])
                 corr += fwd
             else:  # graph replay: one cudaGraphLaunch for the whole forward
                 corrs[:fwd] = corr
                 launch_start[:fwd] = start[0] - 50_000
                 graph_id[:fwd] = 1 + si % 4
                 node_id[:fwd] = np.arange(fwd) + 1
-                api = np.full(1, API["cudaGraphLaunch_v10000"])
                 corr += 1
             if n > fwd:  # sampler, launched after the step range
                 corrs[fwd] = corr

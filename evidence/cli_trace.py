@@ -132,7 +132,11 @@ def _pct(x: Any) -> str:
     return "-" if x is None else f"{100 * x:.2f}%"
 
 
-def _dist(d: dict, fmt=lambda v: f"{v:g}") -> str:
+def _num(v: Any) -> str:
+    return f"{v:,}" if isinstance(v, int) else f"{v:,.2f}"
+
+
+def _dist(d: dict, fmt=_num) -> str:
     if not d or not d.get("n"):
         return "-"
     return f"min {fmt(d['min'])}  p50 {fmt(d['p50'])}  mean {fmt(d['mean'])}  max {fmt(d['max'])}  (n={d['n']})"
@@ -174,6 +178,12 @@ def _render_kernels(r: dict[str, Any], out: Console) -> None:
 
     for g in r["geometry"]:
         groups = g["groups"]
+        if g["geometry"][g["select"]] == "opaque":  # nothing to interpret: one line, the groups are in --json
+            n = sum(x["count"] for x in groups)
+            out.print()
+            out.print(f"[bold]Launch geometry[/]: {g['select']}: {n:,} launches in {len(groups)} grid groups, "
+                      "no declared meaning for its grid (all groups are in --json)")
+            continue
         tab = Table(title=f"Launch geometry: {g['select']} ({g['geometry'][g['select']]})", title_justify="left")
         for c in ("grid", "replay", "count", "total ms", "mean us", "us / tok", "meaning"):
             tab.add_column(c, justify="left" if c in ("grid", "replay", "meaning") else "right")
@@ -205,7 +215,7 @@ def _render_kernels(r: dict[str, Any], out: Console) -> None:
                   f"split from multiples: {fw['split_segments']} segment(s); rejected {len(fw['rejected'])} segment(s), "
                   f"{fw['rejected_launches']} launches {fw['rejected_by_code'] or ''}")
         b = fw["boundaries"]
-        out.print(f"  boundaries: " + ", ".join(f"{k} {v}" for k, v in b.items())
+        out.print("  boundaries: " + ", ".join(f"{k} {v}" for k, v in b.items())
                   + f"; median in-forward gap {_us(fw['median_gap_ns'])} us, gap factor {fw['gap_factor']}")
         if acc:
             checks = sorted({x["sequence_check"] for x in acc})

@@ -20,7 +20,7 @@ from typer.testing import CliRunner
 from evidence.canon import dumps
 from evidence.cli_trace import parse_window, register
 from evidence.profile_analysis import (
-    DEFAULT_RULES, FamilyRule, Forward, Window, analyze_trace, as_dict, classify, families, geometry_meaning,
+    DEFAULT_RULES, FamilyRule, Forward, Window, analyze_trace, classify, families, geometry_meaning,
     geometry_split, kernel_active, load_rules, reconstruct_forwards, resolve_window, step_analysis, sustained_regime,
     union_length,
 )

@@ -229,12 +229,12 @@ class SSEStream:
         try:
             obj = json.loads(data)
         except (ValueError, UnicodeDecodeError):
-            if self.error is None:
-                self.error = "malformed SSE data: " + data[:200].decode("utf-8", "replace")
+            if self.error is None:  # first line: the kind (for counting); then a sample
+                self.error = "malformed SSE data: not JSON\n" + data[:200].decode("utf-8", "replace")
             return
         if not isinstance(obj, dict):
             if self.error is None:
-                self.error = "malformed SSE data: not a JSON object: " + data[:200].decode("utf-8", "replace")
+                self.error = "malformed SSE data: not a JSON object\n" + data[:200].decode("utf-8", "replace")
             return
         if "error" in obj or obj.get("object") == "error":
             e = obj.get("error", obj)
@@ -428,27 +428,26 @@ class _H1Conn(asyncio.Protocol):
         try:
             st = self.state
             if st == _CHUNKED:
-                if self.need == 0 and not self.buf:
-                    # The common case: the read is exactly one whole chunk.
-                    e = data.find(b"\r\n")
-                    if 0 < e < 9:
+                if self.need == 0 and not self.buf and self.status == 200:
+                    # The common case: the read is exactly one whole HTTP chunk...
+                    e = data.find(b"\r\n", 0, 10)
+                    if e > 0:
                         try:
                             size = int(data[:e], 16)
                         except ValueError:
                             size = 0
-                        end = e + 2 + size
-                        if size and end + 2 == len(data) and data[end:] == b"\r\n":
+                        a = e + 2
+                        end = a + size
+                        if size and end + 2 == len(data) and data.endswith(b"\r\n"):
                             sse = self.sse
-                            # ...holding exactly one mid-stream choice chunk (SSEStream.feed's
-                            # fast path, inlined here to spare a copy and a call per token)
+                            # ...holding one mid-stream choice chunk (as in _deliver)
                             if (sse.chunks and not sse.buf and not sse.crlf  # type: ignore[union-attr]
-                                    and data[end - 2:end] == b"\n\n" and data[e + 2:e + 9] == b"data: {"
-                                    and data[end - 3:end - 2] == b"}" and data.find(b"\n", e + 2) == end - 2
-                                    and data.find(b"\r", e + 2, end) == -1
-                                    and data.find(_NULL_FINISH, e + 2, end) != -1):
+                                    and data.startswith(b"data: {", a) and data.endswith(b"}\n\n", a, end)
+                                    and data.find(b"\n", a, end) == end - 2 and data.find(b"\r", a, end) < 0
+                                    and data.find(_NULL_FINISH, a, end) >= 0):
                                 sse.chunks.append(t)  # type: ignore[union-attr]
-                                return
-                            sse.feed(data[e + 2:end], t)  # type: ignore[union-attr]
+                            else:
+                                sse.feed(data[a:end], t)  # type: ignore[union-attr]
                             return
                 self._chunked(data, t)
             elif st == _HEAD:
@@ -528,10 +527,7 @@ class _H1Conn(asyncio.Protocol):
                 self._body(rest, t)
 
     def _body(self, data: bytes, t: float) -> None:
-        if self.status == 200:
-            self.sse.feed(data, t)  # type: ignore[union-attr]
-        elif sum(map(len, self.err_body)) < 4096:
-            self.err_body.append(data)
+        self._deliver(data, 0, len(data), t)
 
     def _length(self, data: bytes, t: float) -> None:
         if len(data) >= self.need:
@@ -543,25 +539,43 @@ class _H1Conn(asyncio.Protocol):
             self.need -= len(data)
             self._body(data, t)
 
+    def _deliver(self, buf: bytes, a: int, b: int, t: float) -> None:
+        """Body bytes buf[a:b] that arrived at t."""
+        if self.status != 200:
+            if sum(map(len, self.err_body)) < 4096:
+                self.err_body.append(buf[a:b])
+            return
+        sse = self.sse
+        # The common case, decided without copying: this piece is exactly one
+        # mid-stream choice chunk (SSEStream.feed's fast path, inlined).
+        if (sse.chunks and not sse.buf and not sse.crlf  # type: ignore[union-attr]
+                and buf.startswith(b"data: {", a) and buf.endswith(b"}\n\n", a, b)
+                and buf.find(b"\n", a, b) == b - 2 and buf.find(b"\r", a, b) < 0
+                and buf.find(_NULL_FINISH, a, b) >= 0):
+            sse.chunks.append(t)  # type: ignore[union-attr]
+            return
+        sse.feed(buf[a:b] if (a or b != len(buf)) else buf, t)  # type: ignore[union-attr]
+
     def _chunked(self, data: bytes, t: float) -> None:
         buf = self.buf + data if self.buf else data
         n = len(buf)
         pos = 0
         need = self.need
-        out: list[bytes] = []
         while pos < n:
             if need > 0:  # inside a chunk's data
-                take = n - pos if n - pos < need else need
-                out.append(buf[pos:pos + take])
-                pos += take
-                need -= take
-                if need:
+                end = pos + need
+                if end > n:
+                    self._deliver(buf, pos, n, t)
+                    need = end - n
+                    pos = n
                     break
+                self._deliver(buf, pos, end, t)
+                pos = end
                 need = -1
             if need == -1:  # the CRLF after a chunk's data
                 if n - pos < 2:
                     break
-                if buf[pos:pos + 2] != b"\r\n":
+                if buf[pos] != 13 or buf[pos + 1] != 10:
                     raise _H1Error("bad chunked encoding: no CRLF after chunk data")
                 pos += 2
                 need = 0
@@ -571,27 +585,22 @@ class _H1Conn(asyncio.Protocol):
                 if n - pos > 1024:
                     raise _H1Error("bad chunked encoding: chunk-size line too long")
                 break
-            size = int(buf[pos:e].split(b";", 1)[0], 16)
+            line = buf[pos:e]
+            size = int(line.split(b";", 1)[0] if b";" in line else line, 16)
             pos = e + 2
             if size == 0:  # last chunk; then optional trailers and a blank line
                 tail = buf[pos:]
                 if tail[:2] == b"\r\n" or b"\r\n\r\n" in tail:
-                    if out:
-                        self._body(b"".join(out), t)
                     self.need = 0
                     self.buf = b""
                     self._complete(t)
                     return
                 self.buf = b"0\r\n" + tail  # wait for the rest of the trailers
                 self.need = 0
-                if out:
-                    self._body(b"".join(out), t)
                 return
             need = size
         self.need = need
         self.buf = buf[pos:] if pos < n else b""
-        if out:
-            self._body(out[0] if len(out) == 1 else b"".join(out), t)
 
     def _complete(self, t: float) -> None:
         self.state = _DONE
@@ -897,8 +906,17 @@ def new_event_loop() -> asyncio.AbstractEventLoop:
 
 def run_sync(coro: Awaitable[Any]) -> Any:
     """Run a coroutine to completion on a fresh (uvloop when available) event loop."""
+    box: list[Any] = []
+
+    async def main() -> None:
+        # The result is handed back through `box`, not as the main task's result:
+        # on Python 3.11 asyncio.Runner's SIGINT bookkeeping formats the main task's
+        # repr, result included, which for a big trial took seconds.
+        box.append(await coro)
+
     with asyncio.Runner(loop_factory=new_event_loop) as r:
-        return r.run(coro)  # type: ignore[arg-type]
+        r.run(main())
+    return box[0]
 
 
 def run_trial(base_url: str, model: str, prompts: Sequence[Prompt], *, max_concurrency: int | None,

@@ -244,6 +244,7 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--mode", choices=("paced", "burst"), default="paced")
+    ap.add_argument("--step", type=int, default=1, help="paced: chunks per stream per stand-in step (one write)")
     ap.add_argument("--write", default=None, help="append a results section to this markdown file")
     ap.add_argument("--json", default=None)
     ap.add_argument("--_ours", default=None, help=argparse.SUPPRESS)
@@ -260,6 +261,8 @@ def main() -> None:
     cmd = [sys.executable, "-m", "evidence.standin", "--port", str(port), "--itl", "0"]
     if a.mode == "burst":
         cmd.append("--burst")
+    else:
+        cmd += ["--step", str(a.step)]
     clients = ["ours", "vllm"] + (["ours-aiohttp"] if a.also_aiohttp else [])
     srv = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     rows = []
@@ -310,7 +313,8 @@ def main() -> None:
         d["cpu_ratio"] = d["vllm"]["us_per_token"] / d["ours"]["us_per_token"]
         summary.append(d)
     info = {"date": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"), "machine": machine(),
-            "command": "python " + " ".join(sys.argv[0:1] + [x for x in sys.argv[1:]]), "mode": a.mode,
+            "command": "python " + " ".join(sys.argv[0:1] + [x for x in sys.argv[1:]]),
+            "mode": a.mode if a.mode == "burst" else f"paced, {a.step} chunk(s) per stream per step",
             "input_len": a.input_len, "output_len": a.output_len, "repeats": a.repeats,
             "tokenizer": str(tok.relative_to(ROOT)), "clients": clients,
             "load_before": load_before, "load_after": os.getloadavg(), "summary": summary, "runs": rows}

@@ -26,6 +26,9 @@ give defaults; an `x-standin` header overrides them for one request, e.g.
                  chunk with a yield to the event loop between them, so every open
                  stream gets a chunk in turn (like an engine step), unless burst
     burst        1: with itl 0, the whole stream in one write
+    step         with itl 0: chunks each open stream gets per step, in one write
+                 (default 1; more makes the stand-in cheaper per token, for
+                 measuring clients faster than a one-chunk-per-write stand-in)
     tokens       completion tokens to produce (default: the request's max_tokens)
     tpc          tokens per chunk (multi-token chunks; usage still counts tokens)
     fault        none | httpNNN | malformed | split | crlf | comment | error_event |
@@ -78,10 +81,11 @@ class Behavior:
     usage_delay_s: float = 0.0
     hang_s: float = 3600.0
     burst: bool = False  # with itl 0: the whole stream in one write (else one write per chunk)
+    step_chunks: int = 1  # with itl 0 and no burst: chunks each stream gets per step (one write)
 
     _KEYS = {"ttft": "ttft_s", "itl": "itl_s", "tokens": "tokens", "tpc": "tokens_per_chunk",
              "fault": "fault", "after": "fault_after", "usage_delay": "usage_delay_s", "hang": "hang_s",
-             "burst": "burst"}
+             "burst": "burst", "step": "step_chunks"}
 
     def override(self, header: str | None) -> "Behavior":
         if not header:
@@ -97,7 +101,7 @@ class Behavior:
             v = v.strip()
             if name == "fault":
                 changes[name] = v
-            elif name in ("tokens", "tokens_per_chunk", "fault_after"):
+            elif name in ("tokens", "tokens_per_chunk", "fault_after", "step_chunks"):
                 changes[name] = int(v)
             elif name == "burst":
                 changes[name] = v.lower() in ("1", "true", "yes")
@@ -112,6 +116,8 @@ class Behavior:
             raise ValueError(f"unknown fault {self.fault!r}; known: {', '.join(FAULTS)}, httpNNN")
         if self.tokens_per_chunk < 1:
             raise ValueError("tpc must be >= 1")
+        if self.step_chunks < 1:
+            raise ValueError("step must be >= 1")
 
 
 @dataclass
@@ -407,7 +413,7 @@ class Standin:
         # in one write.
         pace = b.itl_s == 0 and not b.burst
         if pace and fault in ("none", "no_usage", "no_done") and b.usage_delay_s == 0:
-            return await self._stepped(request, resp, items, n, max_tokens, t_first, t_arrive)
+            return await self._stepped(request, resp, items, n, max_tokens, t_first, t_arrive, b.step_chunks)
         log = self.writes.setdefault(key, []) if self.opts.record_writes else None
         cut = fault in ("hang", "drop", "truncate")
         batch: list[bytes] = []
@@ -461,7 +467,8 @@ class Standin:
         return resp
 
     async def _stepped(self, request: web.Request, resp: web.StreamResponse, items: list[tuple[str, bytes, int]],
-                       n: int, max_tokens: int, t_first: float, t_arrive: float) -> web.StreamResponse:
+                       n: int, max_tokens: int, t_first: float, t_arrive: float,
+                       b_step: int | None = None) -> web.StreamResponse:
         """itl 0, no fault: the first chunk through aiohttp (it sends the headers
         with it), the rest by the shared stepper, one chunk per stream per step
         (the way an engine step hands out tokens), written straight to the
@@ -478,6 +485,9 @@ class Standin:
         await resp.write(toks[0] + (tail if len(toks) == 1 else b""))
         if len(toks) > 1:
             framed = [_frame(m) for m in toks[1:-1]] + [_frame(toks[-1] + tail)]
+            k = self.opts.behavior.step_chunks if b_step is None else b_step
+            if k > 1:
+                framed = [b"".join(framed[i:i + k]) for i in range(0, len(framed), k)]
             ok = await self._stepper.add(request.transport, framed)
             if not ok:
                 return resp
@@ -644,6 +654,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--ttft", type=float, default=0.0, help="seconds to the first chunk")
     p.add_argument("--itl", type=float, default=0.0, help="seconds between chunks (0: no delay, one write per chunk)")
     p.add_argument("--burst", action="store_true", help="with --itl 0: the whole stream in one write")
+    p.add_argument("--step", type=int, default=1, help="with --itl 0: chunks per stream per step (one write)")
     p.add_argument("--tokens", type=int, default=None, help="completion tokens (default: max_tokens)")
     p.add_argument("--tpc", type=int, default=1, help="tokens per chunk")
     p.add_argument("--fault", default="none")
@@ -656,7 +667,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--no-uvloop", action="store_true")
     a = p.parse_args(argv)
     beh = Behavior(ttft_s=a.ttft, itl_s=a.itl, tokens=a.tokens, tokens_per_chunk=a.tpc, fault=a.fault,
-                   burst=a.burst)
+                   burst=a.burst, step_chunks=a.step)
     beh.check()
     opts = Options(behavior=beh, model=a.model, vocab=a.vocab, bos=a.bos, quirk=a.quirk,
                    metrics=not a.no_metrics, max_running=a.max_running)

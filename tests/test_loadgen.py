@@ -518,3 +518,10 @@ def test_chunk_times_match_when_the_standin_wrote_them(stack):
     delays.sort()
     assert delays[len(delays) // 2] < 0.003  # median write-to-stamp delay: loopback + one loop turn
     assert delays[-1] < SLACK
+
+
+def test_standin_steps_of_several_chunks(stack):
+    with StandinServer(step_chunks=4) as url:
+        r = run_trial(url, "standin", prompts(4, 10), max_concurrency=4, telemetry=False, http=stack)
+    for x in r.records:
+        assert x.ok and x.chunk_count == 10 == x.completion_tokens

@@ -174,7 +174,8 @@ def main() -> None:
         f"{platform.system()} {platform.release()}; Python {platform.python_version()}, {ssl.OPENSSL_VERSION}, "
         f"bagit-python {getattr(bagit, 'VERSION', '?')}, evidence {__version__}.",
         "",
-        f"Command: `python bench/bench_verify.py --size-gb {a.size_gb} --repeats {a.repeats}`",
+        f"Command: `python bench/bench_verify.py {' '.join(sys.argv[1:])}`; sha256sum is "
+        f"{subprocess.run(['sha256sum', '--version'], capture_output=True, text=True).stdout.splitlines()[0]}.",
         "",
         f"Release: {nfiles} payload files, {nbytes / 1e9:.2f} GB (8 large files = 60%, 120 medium = 30%, "
         f"2000 small = 10%), built with `evidence.release.seal` in {a.dir} (outside the repository, deleted afterwards"

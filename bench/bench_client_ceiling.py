@@ -328,6 +328,17 @@ def main() -> None:
             f.write(render(info))
 
 
+def paired_ratios(runs: list[dict], c: int) -> list[float]:
+    """ours / vllm within each repeat (the two ran back to back)."""
+    out = []
+    for rep in sorted({r["repeat"] for r in runs}):
+        o = [r["output_throughput"] for r in runs if r["repeat"] == rep and r["concurrency"] == c and r["client"] == "ours"]
+        v = [r["output_throughput"] for r in runs if r["repeat"] == rep and r["concurrency"] == c and r["client"] == "vllm"]
+        if o and v:
+            out.append(o[0] / v[0])
+    return out
+
+
 def render(info: dict) -> str:
     m = info["machine"]
     extra = "ours-aiohttp" in info["clients"]
@@ -345,15 +356,16 @@ def render(info: dict) -> str:
         "process against the same stand-in process. Client CPU us/token: the client process's CPU time over "
         "its request phase / output tokens (for vLLM's client, measured around `benchmark()` by the shim).",
         "",
-        "| max concurrency | ours (tok/s) | vllm bench serve (tok/s) | ratio | client CPU us/token, ours / vllm |"
+        "| max concurrency | ours (tok/s) | vllm bench serve (tok/s) | ratio of means | paired ratio per repeat (min-max) | client CPU us/token, ours / vllm |"
         + (" ours on aiohttp (tok/s, us/token) |" if extra else "")
         + " client CPU util, ours / vllm | stand-in CPU util, ours / vllm runs | failed |",
-        "|---:|---:|---:|---:|---:|" + ("---:|" if extra else "") + "---:|---:|---:|",
+        "|---:|---:|---:|---:|---:|---:|" + ("---:|" if extra else "") + "---:|---:|---:|",
     ]
     for d in info["summary"]:
         o, v = d["ours"], d["vllm"]
+        paired = paired_ratios(info["runs"], d["concurrency"])
         row = (f"| {d['concurrency']} | {o['tput']:,.0f} | {v['tput']:,.0f} | **{d['ratio']:.2f}x** | "
-               f"{o['us_per_token']:.2f} / {v['us_per_token']:.2f} |")
+               f"{min(paired):.2f}x-{max(paired):.2f}x | {o['us_per_token']:.2f} / {v['us_per_token']:.2f} |")
         if extra:
             x = d["ours-aiohttp"]
             row += f" {x['tput']:,.0f}, {x['us_per_token']:.2f} |"

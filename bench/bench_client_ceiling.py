@@ -124,8 +124,6 @@ def wait_ready(url: str, timeout: float = 30.0) -> None:
 
 def run_ours_inproc(spec: dict) -> dict:
     sys.path.insert(0, str(ROOT))
-    import asyncio
-
     import aiohttp
 
     from evidence.loadgen import run_sync, run_trial

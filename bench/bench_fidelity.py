@@ -32,7 +32,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_client_ceiling import ROOT, machine, run_ours, run_vllm  # noqa: E402
+from bench_client_ceiling import machine, run_ours, run_vllm  # noqa: E402
 
 METRICS = ("output_throughput", "mean_ttft_ms", "p99_ttft_ms", "mean_tpot_ms")
 

@@ -356,7 +356,7 @@ def test_telemetry_unavailable_is_explained():
 from hypothesis import given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
-from evidence.loadgen import H1Client, SSEStream, _H1Conn  # noqa: E402
+from evidence.loadgen import SSEStream, _H1Conn  # noqa: E402
 from evidence.records import RequestRecord  # noqa: E402
 
 _TOK = (b'data: {"id":"c","object":"text_completion","created":1,"model":"m","choices":[{"index":0,'

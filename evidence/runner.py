@@ -223,6 +223,11 @@ def run_experiment(
         if profile and spec.profile.enabled and spec.engine.kind == "vllm" and not _profile_done(rd):
             from .profiling import run_profile
 
+            # The measuring server must be gone (and its accelerator memory freed) before the
+            # profiling server starts: two servers at 0.5 memory utilization do not fit one GPU.
+            engine.stop()
+            rd.event("engine_stopped", reason="sweep done; profiling starts its own server")
+
             run_profile(spec, rd, repo_root=repo_root, say=say)
         missing = [t.id for t in plan.trials if t.id not in set(rd.completed_trials())]
         outcome.trials_done = rd.completed_trials()

@@ -35,7 +35,8 @@ def _get(d: Any, path: tuple[str, ...]) -> float | None:
 
 
 def _anchor_result(folder: Path) -> dict | None:
-    for p in sorted(folder.glob("*.json")):
+    # rglob: a relative --result-dir lands below the folder (the anchor runs with the folder as cwd)
+    for p in sorted(folder.rglob("*.json")):
         if p.name == "command.json":
             continue
         try:
@@ -60,11 +61,15 @@ def anchor_comparison(run_dir: Path) -> dict | None:
         ours_p = run_dir / "trials" / tid / "summary.json"
         ours = read_json(ours_p) if ours_p.exists() else None
         anc = _anchor_result(folder)
-        row: dict[str, Any] = {"trial": tid, "point": cmd.get("point"), "anchor_exit_code": cmd.get("exit_code"),
+        point = cmd.get("point")
+        if point is None and "-c" in tid:
+            point = int(tid.rsplit("-c", 1)[1].split("-")[0])
+        row: dict[str, Any] = {"trial": tid, "point": point, "anchor_exit_code": cmd.get("exit_code"),
                                "metrics": {}}
         if ours is None or anc is None:
             row["absent"] = ("our trial is not complete" if ours is None else
-                             "the anchor wrote no result JSON (see its output.log)")
+                             "the anchor did not finish (no command.json: the run was interrupted during it)"
+                             if not cmd else "the anchor wrote no result JSON (see its output.log)")
         else:
             row["anchor_completed"], row["anchor_failed"] = anc.get("completed"), anc.get("failed")
             row["ours_completed"], row["ours_failed"] = ours.get("completed"), ours.get("failed")

@@ -188,4 +188,8 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    # `python -m evidence.cli` loads this file as __main__; the stage modules import
+    # evidence.cli, a second copy with its own UserError class. Run that copy's main.
+    from evidence.cli import main as _main
+
+    _main()

@@ -405,7 +405,7 @@ def _run_interleaved(template: str, spec: Spec, rd: RunDir, engine, trial: Trial
     """
     import subprocess
 
-    out = rd.numbered(rd.path / "interleaved" / trial.id)
+    out = rd.numbered(rd.path / "interleaved" / trial.id).resolve()
     out.mkdir(parents=True)
     w = spec.workload
     cmd = template.format(base_url=engine.base_url, model=_served(spec), point=trial.point, prompts=trial.prompts,

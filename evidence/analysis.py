@@ -1210,19 +1210,29 @@ def analyze_run(run_dir: Path, out_dir: Path | None = None) -> dict:
     analyses, evidence.profile_run) and anchor.json (our client against an interleaved
     anchor client, evidence.anchor). Each is a pure function of the raw files.
     """
-    from .anchor import anchor_comparison
-    from .profile_run import analyze_profile, profile_csvs
-
     data = load_run(Path(run_dir))
     res = compute_analysis(data)
     out = Path(out_dir if out_dir is not None else default_out_dir(run_dir))
     write_analysis(res, out)
+    write_extras(Path(run_dir), out)
+    return res
+
+
+def write_extras(run_dir: Path, out: Path) -> list[Path]:
+    """profile.json + profile_*.csv and anchor.json, when the run has the raw data for them."""
+    from .anchor import anchor_comparison
+    from .profile_run import analyze_profile, profile_csvs
+
+    written = []
     prof = analyze_profile(Path(run_dir))
     if prof is not None:
         write_atomic(out / "profile.json", dumps(_round(prof)))
+        written.append(out / "profile.json")
         for name, text in sorted(profile_csvs(prof).items()):
             write_atomic(out / name, text)
+            written.append(out / name)
     anchor = anchor_comparison(Path(run_dir))
     if anchor is not None:
         write_atomic(out / "anchor.json", dumps(_round(anchor)))
-    return res
+        written.append(out / "anchor.json")
+    return written

@@ -110,7 +110,7 @@ def register(app: typer.Typer) -> None:
         """
         from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
-        from .analysis import NotARunDir, compute_analysis, load_run, write_analysis
+        from .analysis import NotARunDir, compute_analysis, load_run, write_analysis, write_extras
         from .figures import figure_bytes, render_figures
         from .report import TemplateNotFound, render_report
 
@@ -122,7 +122,7 @@ def register(app: typer.Typer) -> None:
                 data = load_run(run)
                 prog.update(task, advance=1, description="computing the analysis")
                 res = compute_analysis(data)
-                a_files = write_analysis(res, run / "analysis")
+                a_files = write_analysis(res, run / "analysis") + write_extras(run, run / "analysis")
                 prog.update(task, advance=1, description="rendering figures")
                 figs = figure_bytes(data, res)
                 f_files = render_figures(run, data=data, analysis=res, rendered=figs)

@@ -95,6 +95,7 @@ class Server:
     log_path: Path
     model_dir: Path
     ready_s: float
+    profile_dir: Path | None = None
 
 
 @pytest.fixture(scope="session")
@@ -103,7 +104,14 @@ def vllm_server(tiny_model: Path, tmp_path_factory: pytest.TempPathFactory):
     require_engine()
     from evidence.engine import VllmEngine, group_members
 
-    spec = server_spec(tiny_model)
+    # The torch profiler is configured but idle until POST /start_profile, so the one shared
+    # server also serves the capture test (a real trace from the CPU build) without a second start.
+    import json as _json
+
+    prof_dir = tmp_path_factory.mktemp("vllm-profile")
+    cfg = {"profiler": "torch", "torch_profiler_dir": str(prof_dir), "torch_profiler_with_stack": False,
+           "ignore_frontend": True}
+    spec = server_spec(tiny_model, extra=["--profiler-config", _json.dumps(cfg, sort_keys=True)])
     log = tmp_path_factory.mktemp("vllm-server") / "server.log"
     eng = VllmEngine(spec, ROOT, cache_dir=ROOT / ".cache" / "engine")
     eng.start(log)
@@ -114,7 +122,7 @@ def vllm_server(tiny_model: Path, tmp_path_factory: pytest.TempPathFactory):
         raise
     try:
         yield Server(base_url=eng.base_url, served_model=SERVED_NAME, engine=eng, log_path=log,
-                     model_dir=tiny_model, ready_s=ready)
+                     model_dir=tiny_model, ready_s=ready, profile_dir=prof_dir)
     finally:
         pgid = eng.pgid
         eng.stop()

@@ -143,11 +143,12 @@ def run_ours_inproc(spec: dict) -> dict:
         ps = run_sync(mk())
     else:
         ps = make_token_prompts(n, spec["input_len"], spec["output_len"], spec["seed"], vocab, exclude=excl)
+    kw = {"temperature": spec.get("temperature", 0.0), "extra_body": spec.get("extra_body"),
+          "http": spec.get("http", "auto"), "timeout_s": 600}
     if spec.get("warmup"):
         run_trial(spec["url"], spec["model"], ps[: spec["warmup"]], max_concurrency=c, phase="warmup",
-                  telemetry=False, timeout_s=600, http=spec.get("http", "auto"))
-    r = run_trial(spec["url"], spec["model"], ps, max_concurrency=c, timeout_s=600, telemetry=True,
-                  http=spec.get("http", "auto"))
+                  telemetry=False, **kw)
+    r = run_trial(spec["url"], spec["model"], ps, max_concurrency=c, telemetry=True, **kw)
     m = trial_metrics(r.records)
     pt = m["prompt_tokens_server"]
     return {"output_throughput": m["output_throughput"], "completed": m["completed"], "failed": m["failed"],
@@ -164,9 +165,10 @@ def run_ours_inproc(spec: dict) -> dict:
 
 def run_ours(url: str, model: str, c: int, n: int, input_len: int, output_len: int, seed: int, *,
              tokenizer: str | None = None, prompt_form: str = "token_ids", warmup: int = 0,
-             http: str = "auto") -> dict:
+             http: str = "auto", temperature: float | None = 0.0, extra_body: dict | None = None) -> dict:
     spec = {"url": url, "model": model, "c": c, "n": n, "input_len": input_len, "output_len": output_len,
-            "seed": seed, "tokenizer": tokenizer, "prompt_form": prompt_form, "warmup": warmup, "http": http}
+            "seed": seed, "tokenizer": tokenizer, "prompt_form": prompt_form, "warmup": warmup, "http": http,
+            "temperature": temperature, "extra_body": extra_body}
     cmd = [sys.executable, str(Path(__file__).resolve()), "--_ours", json.dumps(spec)]
     out = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
     if out.returncode != 0:

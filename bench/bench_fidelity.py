@@ -12,6 +12,12 @@ ours sends exactly --input-len token ids by default).
 A ratio near 1 (within run-to-run noise, about 10% on a 2-core CPU server) says
 the two clients measure the same thing; a systematic gap is a finding to explain.
 
+Same workload means the same request body too: vLLM's client sends no
+temperature (the server's default applies: the model's generation_config, else
+1.0, i.e. sampling) and `repetition_penalty: 1.0`; by default ours does the
+same here. Greedy decoding (temperature 0, our loadgen's default) is a different,
+cheaper workload: 15-18% more output tok/s on the CPU server at c32.
+
     python bench/bench_fidelity.py --base-url http://127.0.0.1:8000 --model NAME \
         --tokenizer models/tiny [--concurrency 1,8,32] [--input-len 128] [--output-len 32] \
         [--prompts-per-c 8] [--min-prompts 32] [--repeats 2] [--warmup 8] \
@@ -51,11 +57,18 @@ def main() -> None:
     ap.add_argument("--warmup", type=int, default=8, help="warm-up requests before each client's run")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--prompt-form", choices=("token_ids", "text"), default="token_ids")
+    ap.add_argument("--temperature", default="server",
+                    help="ours: 'server' leaves temperature out, as vLLM's client does (the server's default "
+                         "applies); a number sends it (0 = greedy, a different and cheaper workload)")
+    ap.add_argument("--repetition-penalty", default="1.0",
+                    help="ours: sent as vLLM's client sends it (1.0); 'none' leaves it out")
     ap.add_argument("--write", default=None, help="append a results section to this markdown file")
     ap.add_argument("--json", default=None)
     a = ap.parse_args()
     url = a.base_url.rstrip("/")
     points = [int(x) for x in a.concurrency.split(",")]
+    temperature = None if a.temperature == "server" else float(a.temperature)
+    extra_body = None if a.repetition_penalty == "none" else {"repetition_penalty": float(a.repetition_penalty)}
     rows = []
     k = 0
     for rep in range(a.repeats):
@@ -66,7 +79,8 @@ def main() -> None:
             for who in order:
                 if who == "ours":
                     res = run_ours(url, a.model, c, n, a.input_len, a.output_len, a.seed, tokenizer=a.tokenizer,
-                                   prompt_form=a.prompt_form, warmup=a.warmup)
+                                   prompt_form=a.prompt_form, warmup=a.warmup, temperature=temperature,
+                                   extra_body=extra_body)
                 else:
                     res = run_vllm(url, a.model, c, n, a.input_len, a.output_len, a.seed, tokenizer=a.tokenizer,
                                    warmup=a.warmup)
@@ -91,6 +105,7 @@ def main() -> None:
             "command": "python " + " ".join(sys.argv), "base_url": url, "model": a.model,
             "tokenizer": a.tokenizer, "input_len": a.input_len, "output_len": a.output_len,
             "repeats": a.repeats, "prompt_form": a.prompt_form, "warmup": a.warmup,
+            "temperature": a.temperature, "repetition_penalty": a.repetition_penalty,
             "load": os.getloadavg(), "summary": summary, "runs": rows}
     for d in summary:
         r = d["ratio"]
@@ -107,7 +122,8 @@ def render(info: dict) -> str:
     m = info["machine"]
     lines = [
         f"\n## {info['date']}: {info['model']} at {info['base_url']}, {info['input_len']} in / "
-        f"{info['output_len']} out, ours with {info['prompt_form']} prompts\n",
+        f"{info['output_len']} out, ours with {info['prompt_form']} prompts, temperature "
+        f"{info.get('temperature', '?')}, repetition_penalty {info.get('repetition_penalty', '?')}\n",
         f"- Machine: {m['cpus']} cores ({m['cpu_model']}); server and clients share it.",
         f"- Command: `{info['command']}`",
         f"- {info['repeats']} repeat(s), clients alternating; {info['warmup']} warm-up requests before each run.",

@@ -188,8 +188,9 @@ async def make_text_prompts(session: Any, base_url: str, model: str, n: int, inp
     tokens (special tokens it adds included, as `/v1/completions` adds them).
 
     Per prompt: draw ids; then up to `max_rounds` times: `/detokenize` them,
-    `/tokenize` the text; if the count is right stop, else trim the server's
-    ids (too long) or append seeded ids (too short) and go again. A prompt that
+    `/tokenize` the text; if the count is right stop, else keep the server's
+    ids up to one short of the target (too long) or all of them (too short),
+    fill up with fresh seeded ids and go again. A prompt that
     does not converge keeps the last text with `seen_len` recording the server's
     count (`mismatch` != 0); with `strict=True` that raises instead.
     """
@@ -209,7 +210,7 @@ async def make_text_prompts(session: Any, base_url: str, model: str, n: int, inp
             raise PromptError(f"input_len {L} leaves no room beside {n_special} special token(s)")
         ids = _ids(f"{_LABEL}/ids/{seed}/{i}", content_target, reserved_low, vocab_size)
         async with sem:
-            text, seen, rounds = "", -1, 0
+            text, seen, rounds, back = "", -1, 0, 0
             for rounds in range(1, max_rounds + 1):
                 text = await _detokenize(session, base, model, ids)
                 seen_ids = await _tokenize(session, base, model, text, True)
@@ -218,10 +219,16 @@ async def make_text_prompts(session: Any, base_url: str, model: str, n: int, inp
                     break
                 content = await _tokenize(session, base, model, text, False)
                 if len(content) > content_target:
-                    ids = content[:content_target]
+                    # Too long: keep the server's tokens up to the target, then, if still too
+                    # long next time, one fewer each time, drawing fresh ids for the rest.
+                    # (Cutting at the target alone can be a fixed point: a cut inside a multi-byte
+                    # character decodes to U+FFFD, which re-encodes as several tokens.)
+                    keep = content[:max(1, content_target - back)]
+                    back += 1
                 else:
-                    ids = content + _ids(f"{_LABEL}/extend/{seed}/{i}/{rounds}",
-                                         content_target - len(content), reserved_low, vocab_size)
+                    keep = content  # too short: extend
+                ids = keep + _ids(f"{_LABEL}/fix/{seed}/{i}/{rounds}", content_target - len(keep),
+                                  reserved_low, vocab_size)
         if seen != L and strict:
             raise PromptError(f"prompt {i}: the server counts {seen} tokens, wanted {L}, after {rounds} rounds")
         return Prompt(i=i, token_ids=None, text=text, prompt_len=seen, max_tokens=M,

@@ -525,3 +525,16 @@ def test_standin_steps_of_several_chunks(stack):
         r = run_trial(url, "standin", prompts(4, 10), max_concurrency=4, telemetry=False, http=stack)
     for x in r.records:
         assert x.ok and x.chunk_count == 10 == x.completion_tokens
+
+
+def test_request_body_temperature_and_extras():
+    import json as _json
+
+    from evidence.loadgen import request_body
+    p = prompts(1, 4)[0]
+    d = _json.loads(request_body("m", p, ignore_eos=True, temperature=None, extra_body={"repetition_penalty": 1.0}))
+    assert "temperature" not in d  # the server's default applies, as with vllm bench serve
+    assert d["repetition_penalty"] == 1.0 and d["ignore_eos"] is True and d["max_tokens"] == 4
+    assert d["stream"] is True and d["stream_options"] == {"include_usage": True}
+    assert d["prompt"] == p.token_ids
+    assert _json.loads(request_body("m", p, ignore_eos=False, temperature=0.0))["temperature"] == 0.0

@@ -39,7 +39,7 @@ def test_cpu_vllm_torch_profiler_trace_through_the_pipeline(vllm_server):
     # are prefilled somewhere in the window, and decode steps follow.
     assert tr.steps
     assert sum(s.prefill_tokens for s in tr.steps) == 6 * 24
-    assert all(s.n_prefill > 0 or s.n_decode > 0 for s in tr.steps)
+    assert any(s.n_decode > 0 and s.n_prefill == 0 for s in tr.steps)  # decode-only steps follow
     a = profile_analysis.analyze_trace(tr, n_layers=4, budget=2048)
     assert a["kernel_active"]["absent"].startswith("no GPU kernels")
     assert a["steps"]["steps"] == len(tr.steps) and a["steps"]["steps_with_prefill"] >= 1

@@ -730,7 +730,8 @@ def regenerate(raw_dir: Path, work: Path, *, sde: int | None = None) -> dict[str
 
     def report() -> None:
         from .report import render_report
-        render_report(ws, ws / "report")
+        # in a release the report sits in data/report/<run-id>/, its figures in data/figures/<run-id>/
+        render_report(ws, ws / "report", figures_rel=f"../../figures/{run_id}")
 
     steps = [("analysis", analysis), ("figures", figures), ("report", report)]
     with _source_date_epoch(sde):

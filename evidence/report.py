@@ -636,7 +636,7 @@ def _env(templates: Path):
 
 def render_report(run_dir: Path, out_dir: Path | None = None, *, data: RunData | None = None,
                   analysis: dict | None = None, figures: dict[str, bytes] | None = None,
-                  templates_dir: Path | None = None) -> list[Path]:
+                  templates_dir: Path | None = None, figures_rel: str = "../figures") -> list[Path]:
     """Write report.md and a self-contained report.html to out_dir (default run_dir/report); return them.
 
     The markdown links figures at ../figures/ (where `evidence report` writes them, in a run as in a
@@ -646,7 +646,7 @@ def render_report(run_dir: Path, out_dir: Path | None = None, *, data: RunData |
     data = data if data is not None else load_run(run_dir)
     res = analysis if analysis is not None else compute_analysis(data)
     figs = figures if figures is not None else figure_bytes(data, res)
-    ctx = build_context(run_dir, data, res, figs)
+    ctx = build_context(run_dir, data, res, figs, figures_rel=figures_rel)
     env = _env(find_templates(templates_dir))
     out = Path(out_dir) if out_dir is not None else run_dir / "report"
     written = []

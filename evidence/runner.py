@@ -164,6 +164,7 @@ def run_experiment(
     hooks: Hooks | None = None,
     console: Any = None,
     interleave: str | None = None,
+    http_stack: str = "auto",
 ) -> RunOutcome:
     from . import engine as engine_mod
     from . import provenance as prov_mod
@@ -219,7 +220,7 @@ def run_experiment(
     try:
         if todo:
             _sweep(spec, plan, todo, rd, engine, repo_root, progress=progress, hooks=hooks, say=say,
-                   interleave=interleave)
+                   interleave=interleave, http_stack=http_stack)
         if profile and spec.profile.enabled and spec.engine.kind == "vllm" and not _profile_done(rd):
             from .profiling import run_profile
 
@@ -330,7 +331,7 @@ def _start_engine(engine, rd: RunDir, spec: Spec, say) -> None:
 
 
 def _sweep(spec: Spec, plan: Plan, todo: list[Trial], rd: RunDir, engine, repo_root: Path, *,
-           progress: bool, hooks: Hooks, say, interleave: str | None = None) -> None:
+           progress: bool, hooks: Hooks, say, interleave: str | None = None, http_stack: str = "auto") -> None:
     from . import loadgen
 
     w, sw = spec.workload, spec.sweep
@@ -359,7 +360,7 @@ def _sweep(spec: Spec, plan: Plan, todo: list[Trial], rd: RunDir, engine, repo_r
                 engine.base_url, _served(spec), prompts,
                 max_concurrency=trial.point, request_rate=w.request_rate, burstiness=w.burstiness,
                 seed=trial.seed, ignore_eos=w.ignore_eos, temperature=w.temperature, phase="measure",
-                on_request_done=bar.request_done,
+                on_request_done=bar.request_done, http=http_stack,
             )
             write_records(tmp / "requests.jsonl", res.records)
             _write_jsonl(tmp / "telemetry.jsonl", res.telemetry)

@@ -158,12 +158,15 @@ def test_resume_after_sigkill_loses_and_repeats_nothing(vllm_server, tmp_path):
 def test_interrupt_is_clean_and_resumable(vllm_server, tmp_path):
     spec = write_spec(tmp_path / "s.yaml", base_url=vllm_server.base_url, served=vllm_server.served_model,
                       model_dir=vllm_server.model_dir, warmup=0)
+    # this test also drives the aiohttp stack against real vLLM (the others use the default h1 stack)
 
     def stop_after_first(tid):
         raise KeyboardInterrupt
 
     out = run_experiment(spec, runs_dir=tmp_path / "runs", repo_root=ROOT, progress=False,
-                         hooks={"after_trial": stop_after_first})
+                         hooks={"after_trial": stop_after_first}, http_stack="aiohttp")
+    meta = read_json(out.run_dir / "trials" / out.trials_done[0] / "meta.json")
+    assert meta["client"]["http_stack"] == "aiohttp"
     assert out.status == "interrupted" and out.exit_code == 130 and len(out.trials_done) == 1
     assert read_json(out.run_dir / "run.json")["status"] == "incomplete"
     out2 = run_experiment(spec, runs_dir=tmp_path / "runs", repo_root=ROOT, progress=False)

@@ -308,7 +308,7 @@ def _prompts_for(spec: Spec, repo_root: Path, base_url: str, model: str, n: int,
     return asyncio.run(_text())
 
 
-def _start_engine(engine, rd: RunDir, spec: Spec, say) -> None:
+def _start_engine(engine, rd: RunDir, spec: Spec, say, hooks: Hooks | None = None) -> None:
     from .engine import EngineError
 
     rd.engine_dir.mkdir(parents=True, exist_ok=True)
@@ -325,6 +325,8 @@ def _start_engine(engine, rd: RunDir, spec: Spec, say) -> None:
         raise RunError(f"the engine did not become ready: {e}") from None
     resolved = engine.resolved()
     write_json(rd.numbered(rd.engine_dir / "resolved.json"), resolved)
+    if hooks and "engine_ready" in hooks:
+        hooks["engine_ready"](engine)
     rd.event("engine_ready", seconds=round(time.monotonic() - t, 3), base_url=engine.base_url,
              version=engine.version())
     say(f"engine ready after {time.monotonic() - t:.0f} s at {engine.base_url}")
@@ -335,14 +337,14 @@ def _sweep(spec: Spec, plan: Plan, todo: list[Trial], rd: RunDir, engine, repo_r
     from . import loadgen
 
     w, sw = spec.workload, spec.sweep
-    _start_engine(engine, rd, spec, say)
+    _start_engine(engine, rd, spec, say, hooks)
     warmed = False
     bar = _Progress(len(plan.trials), len(plan.trials) - len(todo), enabled=progress)
     try:
         for k, trial in enumerate(todo):
             if spec.engine.restart == "per_trial" and k > 0:
                 engine.stop()
-                _start_engine(engine, rd, spec, say)
+                _start_engine(engine, rd, spec, say, hooks)
                 warmed = False
             if sw.warmup.requests and (not warmed or sw.warmup.when == "each_trial"):
                 _warmup(spec, rd, engine, repo_root, trial)

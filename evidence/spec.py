@@ -150,7 +150,9 @@ class Workload(_Model):
     ignore_eos: bool = True
     prompt_form: Literal["token_ids", "text"] = "token_ids"
     endpoint: Literal["/v1/completions"] = "/v1/completions"
-    temperature: Annotated[float, Field(ge=0)] = 0.0
+    # null: send no temperature, so the server's generation config decides (what `vllm bench serve`
+    # does, hence the seed article); a number pins it (0 = greedy, the default here).
+    temperature: Annotated[float, Field(ge=0)] | None = 0.0
 
     @model_validator(mode="after")
     def _rate(self) -> "Workload":

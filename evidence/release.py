@@ -1701,8 +1701,35 @@ def _regen_check(role: str) -> CheckFn:
                             msg += ("; pixels are identical" if eq else "; pixels differ" if eq is False else "; could not decode to compare pixels")
                             msg += f"; render environment differences: {envs}"
                         f.append(Finding(rp, c.sha(rp), found, msg))
-        return _result(f, f"{role} of {len(runs)} run(s) regenerate byte for byte", "{n} " + role + " file(s) do not regenerate")
+        return _result(f, f"{role} of {len(runs)} run(s) regenerate byte for byte",
+                       "{n} " + role + " file(s) do not regenerate" + (_code_hint(c) if f else ""))
     return fn
+
+
+def _code_hint(c: _Ctx) -> str:
+    """Say whether the regenerating code is the code that froze the release.
+
+    Verify regenerates with the code it runs from; analysis code that changed after the freeze
+    changes the bytes by design. The auditor then regenerates at the release's tag to tell a
+    tampered file from a tool change."""
+    frozen_at = ((c.meta or {}).get("freeze") or {}).get("code_commit")
+    if not frozen_at:
+        return "; the release does not record the code commit it was frozen at"
+    try:
+        import git
+
+        repo = git.Repo(Path(__file__).resolve().parent, search_parent_directories=True)
+        repo.git.diff("--quiet", frozen_at, "--", "evidence", "templates")
+    except ImportError:
+        return f"; cannot tell whether this code is the code that froze the release ({frozen_at[:12]}): no GitPython"
+    except Exception as e:  # GitCommandError: exit 1 = differs; anything else = cannot tell
+        if getattr(e, "status", None) == 1:
+            tag = c.meta.get("tag") if c.meta else None
+            return (f"; the code regenerating here differs from the code that froze the release (commit "
+                    f"{frozen_at[:12]}) in evidence/ or templates/: regenerate at the release's tag"
+                    f"{f' (git checkout {tag})' if tag else ''} to tell a tampered file from a tool change")
+        return f"; cannot tell whether this code is the code that froze the release ({frozen_at[:12]})"
+    return f"; this is the code that froze the release (commit {frozen_at[:12]}), so the difference is in the data"
 
 
 for _role in DERIVED_ROLES:

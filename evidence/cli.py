@@ -153,11 +153,12 @@ def plan(
 
 
 # Stage modules add their commands here; a module is listed only once it works.
+# Listed in pipeline order, which is the order `evidence --help` shows them in.
 COMMAND_MODULES = (
     "evidence.cli_run",
-    "evidence.cli_release",
-    "evidence.cli_trace",
     "evidence.cli_analysis",
+    "evidence.cli_trace",
+    "evidence.cli_release",
     "evidence.cli_engine",
 )
 

@@ -176,6 +176,13 @@ def run_experiment(
     rd, resumed = prepare_run_dir(spec, spec_path, Path(runs_dir), run_id=run_id, resume=resume)
     say = (console.print if console is not None else (lambda *a, **k: None))
     done = set(rd.completed_trials())
+    todo = [t for t in plan.trials if t.id not in done]
+    if not todo and (not profile or not spec.profile.enabled or spec.engine.kind != "vllm" or _profile_done(rd)):
+        # Nothing left to run: record nothing new (no provenance, no events), just say so.
+        if read_json(rd.run_json).get("status") != "complete":
+            _set_status(rd, "complete")
+        return RunOutcome(rd.path, "complete", trials_done=sorted(done), trials_failed=_failed_trials(rd),
+                          resumed=resumed, message="all trials were already complete")
     if resumed:
         moved = rd.set_aside_partial()
         for tid, dest in moved:
@@ -183,7 +190,6 @@ def run_experiment(
         rd.event("resume", completed=sorted(done), remaining=[t.id for t in plan.trials if t.id not in done])
         say(f"resuming {rd.path}: {len(done)} of {len(plan.trials)} trials already complete"
             + (f"; set aside partial trial(s) {', '.join(t for t, _ in moved)} in aborted/" if moved else ""))
-    todo = [t for t in plan.trials if t.id not in done]
 
     # Provenance and pins, before anything runs.
     engine = engine_mod.make_engine(spec, repo_root, cache_dir=repo_root / ".cache" / "engine")
@@ -206,12 +212,6 @@ def run_experiment(
         rd.event("drift_allowed", mismatches=bad)
 
     outcome = RunOutcome(rd.path, "incomplete", trials_done=sorted(done), resumed=resumed)
-    if not todo and (not profile or not spec.profile.enabled or _profile_done(rd)):
-        _set_status(rd, "complete")
-        outcome.status = "complete"
-        outcome.trials_failed = _failed_trials(rd)
-        outcome.message = "all trials were already complete"
-        return outcome
 
     def _on_term(signum, frame):  # SIGTERM behaves like Ctrl-C: stop cleanly, keep what is recorded
         raise KeyboardInterrupt

@@ -117,6 +117,7 @@ def test_end_to_end_against_real_vllm(vllm_server, tmp_path):
     before = tree_hashes(rd / "trials")
     again = run_experiment(spec, runs_dir=tmp_path / "runs", repo_root=ROOT, progress=False, run_id=rd.name)
     assert again.status == "complete" and tree_hashes(rd / "trials") == before
+    assert not (rd / "provenance-2.json").exists()  # nothing ran, so nothing new is recorded
 
 
 @pytest.mark.engine

@@ -16,8 +16,11 @@ from typing import Annotated, Any, Literal, Union
 
 from pydantic import (
     BaseModel,
+    BeforeValidator,
     ConfigDict,
+    Discriminator,
     Field,
+    Tag,
     ValidationError,
     field_validator,
     model_validator,
@@ -139,13 +142,21 @@ class Code(_Model):
         return v
 
 
+def _check_request_rate(v: Any) -> Any:
+    # One clear message instead of one per union branch.
+    if v == "inf" or (isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0 and math.isfinite(v)):
+        return float(v) if isinstance(v, int) else v
+    raise ValueError("request_rate is 'inf' (every request due at once: a saturation sweep) or a number of "
+                     "requests per second greater than 0")
+
+
 class Workload(_Model):
     dataset: Literal["random"] = "random"
     input_len: PosInt
     output_len: PosInt
     range_ratio: Annotated[float, Field(ge=0, lt=1)] = 0.0
     seed: int
-    request_rate: Union[Literal["inf"], Annotated[float, Field(gt=0)]] = "inf"
+    request_rate: Annotated[Union[Literal["inf"], Annotated[float, Field(gt=0)]], BeforeValidator(_check_request_rate)] = "inf"
     burstiness: Annotated[float, Field(gt=0)] = 1.0
     ignore_eos: bool = True
     prompt_form: Literal["token_ids", "text"] = "token_ids"
@@ -165,7 +176,19 @@ class PromptsMultiple(_Model):
     per_concurrency: PosInt = Field(description="prompts per point = this x the concurrency")
 
 
-PromptCount = Union[dict[PosInt, PosInt], PromptsMultiple]
+def _prompts_kind(v: Any) -> str:
+    """A table {point: prompts} has integer keys (digit strings in JSON); anything else is the multiple form.
+
+    Choosing the branch first gives the errors of that branch only."""
+    if isinstance(v, dict) and v and all(isinstance(k, int) or (isinstance(k, str) and k.isdigit()) for k in v):
+        return "Table"
+    if isinstance(v, (dict, PromptsMultiple)):
+        return "Multiple"
+    return "Table"
+
+
+PromptCount = Annotated[Union[Annotated[dict[PosInt, PosInt], Tag("Table")], Annotated[PromptsMultiple, Tag("Multiple")]],
+                        Discriminator(_prompts_kind)]
 
 
 def _prompts_for(prompts: PromptCount, point: int) -> int | None:
@@ -385,10 +408,20 @@ def _dotted(loc: tuple[Any, ...]) -> str:
     return out
 
 
-def _model_at(loc: tuple[Any, ...]) -> type[BaseModel] | None:
-    """Walk the model classes along a loc to find the model that owns the last key."""
+def _models_in(ann: Any) -> list[type[BaseModel]]:
+    """The model classes inside an annotation, through Optional, Union and Annotated."""
     import typing
 
+    if isinstance(ann, type) and issubclass(ann, BaseModel):
+        return [ann]
+    out: list[type[BaseModel]] = []
+    for a in typing.get_args(ann):
+        out.extend(_models_in(a))
+    return out
+
+
+def _model_at(loc: tuple[Any, ...]) -> type[BaseModel] | None:
+    """Walk the model classes along a loc to find the model that owns the last key."""
     cls: Any = Spec
     for part in loc[:-1]:
         if not (isinstance(cls, type) and issubclass(cls, BaseModel)):
@@ -396,8 +429,7 @@ def _model_at(loc: tuple[Any, ...]) -> type[BaseModel] | None:
         f = cls.model_fields.get(part) if isinstance(part, str) else None
         if f is None:
             return None
-        ann = f.annotation
-        cands = [a for a in typing.get_args(ann) or (ann,) if isinstance(a, type) and issubclass(a, BaseModel)]
+        cands = _models_in(f.annotation)
         if not cands:
             return None
         cls = cands[0]

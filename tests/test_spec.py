@@ -72,6 +72,18 @@ def test_wrong_type_is_located(tmp_path):
     assert any(l == line_of(text, "input_len") and f == "workload.input_len" and "valid integer" in m for l, f, m in ps)
 
 
+def test_union_fields_give_one_clear_message(tmp_path):
+    text = article_with("request_rate: inf", "request_rate: fast").replace(
+        "prompts: {64: 512, 128: 1024, 256: 2048}", "prompts: {per_concurency: 4}")
+    ps = problems(tmp_path, text)
+    rate = [m for _, f, m in ps if f == "workload.request_rate"]
+    assert rate == ["request_rate is 'inf' (every request due at once: a saturation sweep) or a number of requests "
+                    "per second greater than 0 (got 'fast')"]
+    prompts = {(f, m) for _, f, m in ps if f.startswith("sweep.prompts")}
+    assert prompts == {("sweep.prompts.per_concurrency", "required field is missing"),
+                       ("sweep.prompts.per_concurency", "unknown key 'per_concurency'; did you mean 'per_concurrency'?")}
+
+
 def test_duplicate_key_is_an_error_with_both_lines(tmp_path):
     text = article_with("  output_len: 128", "  output_len: 128\n  output_len: 64")
     ps = problems(tmp_path, text)

@@ -6,6 +6,10 @@ milliseconds. Percentiles use numpy's default linear interpolation (vLLM's).
 
 A metric that cannot be measured is absent (None) and `absent[name]` says why;
 it is never reported as zero.
+
+Two choices worth stating: a distribution's `std` is the population standard
+deviation (numpy's default); a trial's duration runs from its first send,
+failed requests included, to the end of its last completed request.
 """
 
 from __future__ import annotations

@@ -64,6 +64,22 @@ def _wait_for_files(folder: Path, before: set[Path], timeout_s: float) -> list[P
     return sorted(last)
 
 
+def _export_sqlite(files: list[Path]) -> list[Path]:
+    """`nsys export --type sqlite` for each report (the kernel table reads the SQLite export)."""
+    import subprocess
+
+    nsys = shutil.which("nsys")
+    out = []
+    for f in files:
+        if nsys and f.suffix in (".nsys-rep", ".qdrep"):
+            dest = f.with_suffix(".sqlite")
+            subprocess.run([nsys, "export", "--type", "sqlite", "--force-overwrite", "true", "-o", str(dest), str(f)],
+                           check=False, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=1800)
+            if dest.exists():
+                out.append(dest)
+    return out
+
+
 def profile_spec(spec: Spec, trace_dir: Path) -> tuple[Spec, list[str]]:
     """The spec for the profiling server, and the extra server arguments."""
     p = spec.profile
@@ -135,17 +151,19 @@ def run_profile(spec: Spec, rd: RunDir, *, repo_root: Path, say=lambda *a, **k: 
                               ignore_eos=w.ignore_eos, temperature=w.temperature, phase="warmup", telemetry=False)
             before = {p for p in trace_dir.rglob("*") if p.is_file()}
             c_start_sent = _clock()
-            if spec.profile.tool == "torch":
-                _post(engine.base_url + "/start_profile")
+            # torch: opens the torch profiler; nsys: vLLM's "cuda" profiler calls cudaProfilerStart,
+            # which opens nsys's capture range (--capture-range=cudaProfilerApi).
+            _post(engine.base_url + "/start_profile")
             c_start_ack = _clock()
             res = loadgen.run_trial(engine.base_url, _served(spec), prompts, max_concurrency=point,
                                     request_rate=w.request_rate, burstiness=w.burstiness, seed=point,
                                     ignore_eos=w.ignore_eos, temperature=w.temperature, phase="profile")
             c_stop_sent = _clock()
-            if spec.profile.tool == "torch":
-                _post(engine.base_url + "/stop_profile")
+            _post(engine.base_url + "/stop_profile")
             c_stop_ack = _clock()
             files = _wait_for_files(trace_dir, before, timeout_s=300)
+            if spec.profile.tool == "nsys":
+                files = files + _export_sqlite(files)
             out = staging / f"c{point}"
             out.mkdir()
             moved = []

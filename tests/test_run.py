@@ -285,6 +285,7 @@ model: {{id: evidence/tiny-qwen2, path: {tiny_model}, load_format: dummy, served
 code: {{allow_dirty: true}}
 workload: {{input_len: 32, output_len: 200, seed: 3}}
 sweep: {{points: [2], prompts: {{2: 8}}, repeats: 1}}
+profile: {{enabled: true, tool: torch, points: [2], prompts: {{2: 4}}, layers: 4}}
 """, encoding="utf-8")
     rd = tmp_path / "runs" / "v"
     engines = []
@@ -315,5 +316,22 @@ sweep: {{points: [2], prompts: {{2: 8}}, repeats: 1}}
     assert (rd / "engine" / "server-2.log").exists()  # a fresh server, its own log; the first kept
     recs = read_records(rd / "trials" / "r1-c2" / "requests.jsonl")
     assert all(r.ok and r.completion_tokens == 200 for r in recs)
+    # then the diagnostic profile, on a server of its own started after the measuring one stopped
+    assert (rd / "engine" / "server-3.log").exists()
+    ev = [e["event"] for e in events(rd)]
+    assert ev.index("engine_stopped") < ev.index("profile_start") < ev.index("profile_done")
+    traces = list((rd / "profile" / "c2").glob("*.pt.trace.json*"))
+    assert len(traces) == 1
+    pmeta = read_json(rd / "profile" / "c2" / "meta.json")
+    w = pmeta["window"]
+    assert w["start_profile_acked_s"] <= w["stop_profile_sent_s"]
+    assert len(read_records(rd / "profile" / "c2" / "requests.jsonl")) == 4
+    from evidence.analysis import analyze_run
+
+    analyze_run(rd)
+    prof = read_json(rd / "analysis" / "profile.json")
+    a = prof["points"]["2"]["traces"][0]["analysis"]
+    assert a["kernel_active"]["absent"].startswith("no GPU kernels")  # the CPU build: said, not failed
+    assert a["steps"]["steps"] > 0
     for e in engines:  # nothing left running
         assert not e.alive()

@@ -7,6 +7,7 @@ across processes and platforms. Built twice from the same data, the same bytes.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import os
@@ -34,6 +35,15 @@ def dumps(obj: Any, indent: int | None = 2) -> str:
 def canonical_bytes(obj: Any) -> bytes:
     """The compact canonical form, used where bytes are hashed or compared."""
     return dumps(obj, indent=None).encode("utf-8")
+
+
+def sha256_file(path: Path) -> str:
+    """sha256 of a file, read in 1 MiB blocks (traces and records can be large)."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
 
 
 def write_atomic(path: Path, data: bytes | str) -> None:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import sys
 from pathlib import Path
 
@@ -51,7 +50,7 @@ def register(app: typer.Typer) -> None:
         130 interrupted.
         """
         from .cli import err, fail, load_spec_or_exit, out
-        from .runner import RunError, find_resumable, run_experiment, _sha256
+        from .runner import RunError, run_experiment
 
         load_spec_or_exit(spec)
         if http_stack not in ("auto", "h1", "aiohttp"):

@@ -18,7 +18,6 @@ trace event can be placed among the requests in flight.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
@@ -27,7 +26,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-from .canon import write_json
+from .canon import sha256_file, write_json
 from .records import write_records
 from .rundir import RunDir
 from .spec import Launch, Spec
@@ -186,7 +185,7 @@ def run_profile(spec: Spec, rd: RunDir, *, repo_root: Path, say=lambda *a, **k: 
                     "start_profile_sent_unix": c_start_sent["unix"],
                     "stop_profile_acked_unix": c_stop_ack["unix"],
                 },
-                "trace_files": [{"name": p.name, "sha256": hashlib.sha256(p.read_bytes()).hexdigest(),
+                "trace_files": [{"name": p.name, "sha256": sha256_file(p),
                                  "bytes": p.stat().st_size} for p in moved],
             }
             write_json(out / "meta.json", meta)

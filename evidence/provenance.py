@@ -19,7 +19,6 @@ files (freeze uses it to refuse).
 from __future__ import annotations
 
 import datetime as _dt
-import hashlib
 import json
 import os
 import platform
@@ -32,6 +31,7 @@ import urllib.parse
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
+from .canon import sha256_file
 from .spec import Spec
 
 REDACTED = "<redacted>"
@@ -283,14 +283,6 @@ def find_secrets(path_or_tree: Any, *, max_bytes: int = 64 * 1024 * 1024) -> lis
 
 
 # ----------------------------------------------------------------- helpers --
-
-
-def sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 def _read(path: str) -> str | None:

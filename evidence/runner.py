@@ -11,7 +11,6 @@ off is moved to aborted/ and run again in full.
 from __future__ import annotations
 
 import datetime as _dt
-import hashlib
 import os
 import shutil
 import signal
@@ -20,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from .canon import read_json, write_atomic, write_json
+from .canon import read_json, sha256_file, write_atomic, write_json
 from .plan import Plan, Trial, make_plan
 from .records import write_records
 from .rundir import RunDir
@@ -60,10 +59,6 @@ def _utc_stamp() -> str:
     return _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
 
 
-def _sha256(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
-
-
 def find_resumable(runs_dir: Path, spec_sha: str) -> Path | None:
     """The newest run of exactly this spec (by sha256) that is not complete."""
     if not runs_dir.exists():
@@ -81,7 +76,7 @@ def find_resumable(runs_dir: Path, spec_sha: str) -> Path | None:
 
 def prepare_run_dir(spec: Spec, spec_path: Path, runs_dir: Path, *, run_id: str | None, resume: Path | None) -> tuple[RunDir, bool]:
     """Create a new run directory, or open the one to resume; never overwrite."""
-    spec_sha = _sha256(spec_path)
+    spec_sha = sha256_file(spec_path)
     plan = make_plan(spec)
     target: Path | None = None
     if resume is not None:
@@ -195,7 +190,7 @@ def run_experiment(
     engine = engine_mod.make_engine(spec, repo_root, cache_dir=repo_root / ".cache" / "engine")
     prov = prov_mod.collect_provenance(spec, repo_root=repo_root, engine=engine,
                                        engine_python=getattr(engine, "python", None), code_commit=code_commit)
-    prov["spec_sha256"] = _sha256(spec_path)
+    prov["spec_sha256"] = sha256_file(spec_path)
     pins = prov_mod.check_pins(spec, prov)
     prov["pins"] = pins
     bad = [p for p in pins if not p["ok"]]

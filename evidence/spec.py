@@ -8,7 +8,6 @@ silently change an experiment.
 from __future__ import annotations
 
 import difflib
-import hashlib
 import math
 import re
 from pathlib import Path
@@ -536,7 +535,9 @@ def load_spec(path: str | Path) -> Spec:
 
 
 def spec_sha256(path: str | Path) -> str:
-    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+    from .canon import sha256_file
+
+    return sha256_file(Path(path))
 
 
 def is_inf(rate: Any) -> bool:

@@ -89,6 +89,7 @@ def _dump(path: Path, obj: dict) -> None:
 
 
 def _sha256(path: Path) -> str:
+    # stdlib only: this file also runs as a script under the engine's python, without evidence
     h = hashlib.sha256()
     with open(path, "rb") as f:
         for block in iter(lambda: f.read(1 << 20), b""):

@@ -126,9 +126,9 @@ def run_ours_inproc(spec: dict) -> dict:
     sys.path.insert(0, str(ROOT))
     import aiohttp
 
-    from evidence.loadgen import run_sync, run_trial
+    from evidence.loadgen.trial import run_sync, run_trial
     from evidence.metrics import trial_metrics
-    from evidence.prompts import (make_text_prompts, make_token_prompts, special_token_ids_from_model_dir,
+    from evidence.loadgen.prompts import (make_text_prompts, make_token_prompts, special_token_ids_from_model_dir,
                                   vocab_size_from_model_dir)
 
     tok = spec.get("tokenizer")
@@ -258,7 +258,7 @@ def main() -> None:
     tok = tokenizer_dir()
     port = free_port()
     url = f"http://127.0.0.1:{port}"
-    cmd = [sys.executable, "-m", "evidence.standin", "--port", str(port), "--itl", "0"]
+    cmd = [sys.executable, "-m", "evidence.tools.standin", "--port", str(port), "--itl", "0"]
     if a.mode == "burst":
         cmd.append("--burst")
     else:

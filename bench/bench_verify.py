@@ -37,7 +37,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from evidence import __version__  # noqa: E402
-from evidence import release as R  # noqa: E402
+from evidence.release import core as R  # noqa: E402
 
 MiB = 1 << 20
 

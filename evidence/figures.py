@@ -31,9 +31,9 @@ import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-from .analysis import RunData, compute_analysis, label, load_run
-from .canon import dumps, write_atomic
-from .metrics import LATENCY_METRICS, pct_key
+from evidence.analysis.core import RunData, compute_analysis, label, load_run
+from evidence.canon import dumps, write_atomic
+from evidence.metrics import LATENCY_METRICS, pct_key
 
 RC: dict[str, Any] = {
     "font.family": "DejaVu Sans",

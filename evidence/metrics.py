@@ -19,7 +19,7 @@ from typing import Callable, Iterable, Sequence
 
 import numpy as np
 
-from .records import RequestRecord
+from evidence.records import RequestRecord
 
 PERCENTILE_METHOD = "linear"  # numpy's default, as vLLM's benchmark uses
 

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .records import dumps_line
+from evidence.records import dumps_line
 
 RAW_FILES = ("run.json", "spec.yaml", "spec.resolved.json", "plan.json")
 DERIVED_DIRS = ("analysis", "figures", "report")

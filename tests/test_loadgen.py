@@ -13,10 +13,10 @@ import time
 
 import pytest
 
-from evidence.loadgen import arrival_schedule, run_trial, run_trial_async
+from evidence.loadgen.trial import arrival_schedule, run_trial, run_trial_async
 from evidence.metrics import trial_metrics
-from evidence.prompts import make_token_prompts
-from evidence.standin import StandinServer
+from evidence.loadgen.prompts import make_token_prompts
+from evidence.tools.standin import StandinServer
 
 
 @pytest.fixture(scope="module")
@@ -319,7 +319,7 @@ def test_async_variant_in_running_loop(server):
 
 
 def test_text_prompt_is_sent_as_text(server):
-    from evidence.prompts import Prompt
+    from evidence.loadgen.prompts import Prompt
     ps = [Prompt(i=0, token_ids=None, text=" w5 w6 w7", prompt_len=3, max_tokens=2)]
     r = run_trial(server, "standin", ps, max_concurrency=1, telemetry=False)
     x = r.records[0]
@@ -356,7 +356,7 @@ def test_telemetry_unavailable_is_explained():
 from hypothesis import given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
-from evidence.loadgen import SSEStream, _H1Conn  # noqa: E402
+from evidence.loadgen.trial import SSEStream, _H1Conn  # noqa: E402
 from evidence.records import RequestRecord  # noqa: E402
 
 _TOK = (b'data: {"id":"c","object":"text_completion","created":1,"model":"m","choices":[{"index":0,'
@@ -501,7 +501,7 @@ def test_chunk_times_match_when_the_standin_wrote_them(stack):
     """Known answer from the other side: the in-process stand-in logs perf_counter()
     just before writing each chunk (same clock as the client). Every chunk must be
     stamped after its write, and soon after it (arrival, not after parsing)."""
-    from evidence.standin import prompt_key
+    from evidence.tools.standin import prompt_key
     srv = StandinServer(record_writes=True, ttft_s=0.02, itl_s=0.004)
     with srv as url:
         ps = prompts(6, 12)
@@ -530,7 +530,7 @@ def test_standin_steps_of_several_chunks(stack):
 def test_request_body_temperature_and_extras():
     import json as _json
 
-    from evidence.loadgen import request_body
+    from evidence.loadgen.trial import request_body
     p = prompts(1, 4)[0]
     d = _json.loads(request_body("m", p, ignore_eos=True, temperature=None, extra_body={"repetition_penalty": 1.0}))
     assert "temperature" not in d  # the server's default applies, as with vllm bench serve

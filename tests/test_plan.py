@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from evidence.plan import make_plan, point_seed, repeat_orders
-from evidence.spec import load_spec
+from evidence.spec.plan import make_plan, point_seed, repeat_orders
+from evidence.spec.model import load_spec
 
 ROOT = Path(__file__).resolve().parents[1]
 

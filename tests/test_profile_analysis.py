@@ -18,13 +18,13 @@ import typer
 from typer.testing import CliRunner
 
 from evidence.canon import dumps
-from evidence.cli_trace import parse_window, register
-from evidence.profile_analysis import (
+from evidence.cli.trace import parse_window, register
+from evidence.traces.analyses.core import (
     DEFAULT_RULES, FamilyRule, Forward, Window, analyze_trace, classify, families, geometry_meaning,
     geometry_split, kernel_active, load_rules, reconstruct_forwards, resolve_window, step_analysis, sustained_regime,
     union_length,
 )
-from evidence.traces import TraceError, load_trace
+from evidence.traces.model import TraceError, load_trace
 from trace_fixtures import (
     BASE_NS, T0_REL_NS, ForwardSpec, cpu_only_kineto, explicit, real_trace, vllm_scenario, write_kineto_json,
     write_nsys_sqlite,
@@ -417,7 +417,7 @@ def test_window_helpers():
     for bad in ("abc", "1:2:3", "200:100", "1s:2s"):
         with pytest.raises(ValueError):
             parse_window(bad, 0)
-    from evidence.traces import KernelTable
+    from evidence.traces.model import KernelTable
     k = KernelTable({"start_ns": np.array([5, 1]), "end_ns": np.array([9, 3])}, {}, {})
     assert resolve_window(k, (None, None)) == Window(1, 9, "default: first kernel start to last kernel end")
     assert resolve_window(k, (None, 4)) == Window(1, 4, "explicit")
@@ -488,7 +488,7 @@ def test_real_traces_through_every_analysis(real_result):
 def test_real_steps_match_the_kernels(real_result):
     """Each step launches exactly 36 FA3 attention kernels (one per layer of Qwen2.5-3B)."""
     name, tr, r = real_result
-    from evidence.traces import place_kernels_in_steps
+    from evidence.traces.model import place_kernels_in_steps
     at = place_kernels_in_steps(tr.kernels, tr.steps)
     fa3 = np.array(["FlashAttnFwdSm90" in n for n in tr.kernels.categories("name")])[tr.kernels.codes("name")]
     assert set(np.bincount(at[fa3], minlength=len(tr.steps)).tolist()) == {36}

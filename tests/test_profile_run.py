@@ -8,10 +8,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from evidence.analysis import analyze_run
+from evidence.analysis.core import analyze_run
 from evidence.canon import read_json, write_json
 from evidence.records import RequestRecord, write_records
-from evidence.report import render_report
+from evidence.report.context import render_report
 
 from rundir_fixtures import build_run  # noqa: E402
 from trace_fixtures import ForwardSpec, T0_REL_NS, abs_ns, vllm_scenario, write_kineto_json

@@ -11,10 +11,12 @@ import urllib.request
 
 import pytest
 
-from evidence import loadgen, profile_analysis
-from evidence.profiling import _wait_for_files
-from evidence.prompts import make_token_prompts, vocab_size_from_model_dir
-from evidence.traces import load_trace
+from evidence.loadgen import trial as loadgen
+
+from evidence.traces.analyses import core as profile_analysis
+from evidence.run.profiling import _wait_for_files
+from evidence.loadgen.prompts import make_token_prompts, vocab_size_from_model_dir
+from evidence.traces.model import load_trace
 
 
 def _post(url: str) -> int:

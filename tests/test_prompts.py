@@ -11,14 +11,14 @@ import sys
 import aiohttp
 import pytest
 
-from evidence.prompts import (
+from evidence.loadgen.prompts import (
     Prompt,
     make_text_prompts,
     make_token_prompts,
     special_token_ids_from_model_dir,
     vocab_size_from_model_dir,
 )
-from evidence.standin import StandinServer
+from evidence.tools.standin import StandinServer
 
 
 def digest(ps: list[Prompt]) -> str:
@@ -47,7 +47,7 @@ def test_token_prompts_deterministic_and_seeded():
 
 
 def test_token_prompts_same_in_another_process():
-    code = ("import hashlib,json;from evidence.prompts import make_token_prompts as m;"
+    code = ("import hashlib,json;from evidence.loadgen.prompts import make_token_prompts as m;"
             "ps=m(20,64,8,seed=42,vocab_size=5000,range_ratio=0.3);"
             "print(hashlib.sha256(json.dumps([p.as_dict() for p in ps],sort_keys=True).encode()).hexdigest())")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
@@ -117,7 +117,7 @@ def test_text_prompts_report_non_convergence():
 
 
 def test_standin_tokenizer_round_trip():
-    from evidence.standin import Options, detokenize, tokenize
+    from evidence.tools.standin import Options, detokenize, tokenize
     o = Options(quirk=5)
     assert tokenize(detokenize([30]), o) == [3, 4]  # " w30" -> " w3" + digit "0" (id 4): longer
     assert detokenize([3, 4]) == " w30"

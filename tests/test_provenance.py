@@ -11,11 +11,11 @@ import stat
 import pytest
 
 from conftest import ROOT
-from evidence.provenance import (
+from evidence.run.provenance.collect import (
     REDACTED, accelerator_info, allowed_env, check_pins, collect_provenance, find_secrets, git_info, redact,
     secret_key_name, strip_url_credentials,
 )
-from evidence.spec import Spec
+from evidence.spec.model import Spec
 
 HF = "hf_" + "AbCdEfGhIjKlMnOpQrStUvWxYz0123"
 GH = "ghp_" + "A1b2C3d4E5f6G7h8I9j0K1l2M3n4O5p6Q7r8"
@@ -243,7 +243,7 @@ def test_git_repo_dirty_untracked_and_remote_without_credentials(tmp_path):
 
 
 def test_accelerator_none_says_how_it_looked(monkeypatch, tmp_path):
-    monkeypatch.setattr("evidence.provenance._nvml", lambda: None)
+    monkeypatch.setattr("evidence.run.provenance.collect._nvml", lambda: None)
     monkeypatch.setenv("PATH", str(tmp_path))  # no nvidia-smi here
     a = accelerator_info()
     assert a["found"] == "none" and a["count"] == 0 and "nvidia-smi is not on PATH" in a["how"]
@@ -257,7 +257,7 @@ def test_accelerator_from_nvidia_smi_xml(monkeypatch, tmp_path):
     exe = tmp_path / "nvidia-smi"
     exe.write_text(f"#!/bin/sh\ncat <<'EOF'\n{xml}\nEOF\n")
     exe.chmod(exe.stat().st_mode | stat.S_IEXEC)
-    monkeypatch.setattr("evidence.provenance._nvml", lambda: None)
+    monkeypatch.setattr("evidence.run.provenance.collect._nvml", lambda: None)
     monkeypatch.setenv("PATH", f"{tmp_path}:{os.environ['PATH']}")
     a = accelerator_info("1")
     assert a["found"] == "nvidia-smi" and a["count"] == 2 and a["visible_count"] == 1

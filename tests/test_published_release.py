@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from evidence.release import verify
+from evidence.release.core import verify
 
 ROOT = Path(__file__).resolve().parents[1]
 RELEASES = sorted(p for p in (ROOT / "releases").iterdir() if p.is_dir()) if (ROOT / "releases").is_dir() else []

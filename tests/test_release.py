@@ -27,7 +27,7 @@ import bagit
 import git
 import pytest
 
-from evidence import release as R
+from evidence.release import core as R
 from rundir_fixtures import build_run, default_provenance, demo_spec
 
 SDE = 1780000000  # 2026-05-28

@@ -13,9 +13,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from rundir_fixtures import build_run, demo_spec  # noqa: E402
 
-from evidence.analysis import compute_analysis, load_run  # noqa: E402
+from evidence.analysis.core import compute_analysis, load_run  # noqa: E402
 from evidence.figures import FIGURE_NAMES  # noqa: E402
-from evidence.report import _env, find_templates, render_report  # noqa: E402
+from evidence.report.context import _env, find_templates, render_report  # noqa: E402
 
 # The report only embeds figure bytes; real rendering is tested in test_figures and test_cli_report.
 FAKE_FIGURES = {f"{n}.{ext}": f"{n}-{ext}".encode() for n in FIGURE_NAMES for ext in ("png", "svg")}
@@ -91,7 +91,7 @@ def test_content(rendered: dict) -> None:
 def test_cli_report_end_to_end(tmp_path: Path) -> None:
     from typer.testing import CliRunner
 
-    from evidence.cli import app
+    from evidence.cli.main import app
 
     spec = demo_spec(points=[1, 4], repeats=2, comparisons=[(1, 4)])
     run = build_run(tmp_path, spec=spec, missing=("r2-c4",))

@@ -19,7 +19,7 @@ import pytest
 
 from evidence.canon import read_json
 from evidence.records import read_records
-from evidence.runner import RunError, run_experiment
+from evidence.run.runner import RunError, run_experiment
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -196,7 +196,7 @@ def _free_port() -> int:
 
 
 def _start_standin(port: int, *args: str) -> subprocess.Popen:
-    p = subprocess.Popen([sys.executable, "-m", "evidence.standin", "--port", str(port), *args],
+    p = subprocess.Popen([sys.executable, "-m", "evidence.tools.standin", "--port", str(port), *args],
                          cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     for _ in range(200):
         try:
@@ -326,7 +326,7 @@ profile: {{enabled: true, tool: torch, points: [2], prompts: {{2: 4}}, layers: 4
     w = pmeta["window"]
     assert w["start_profile_acked_s"] <= w["stop_profile_sent_s"]
     assert len(read_records(rd / "profile" / "c2" / "requests.jsonl")) == 4
-    from evidence.analysis import analyze_run
+    from evidence.analysis.core import analyze_run
 
     analyze_run(rd)
     prof = read_json(rd / "analysis" / "profile.json")

@@ -11,8 +11,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from evidence.spec import SpecError, load_spec, spec_from_json, spec_to_json
-from evidence.yamlsrc import parse_yaml
+from evidence.spec.model import SpecError, load_spec, spec_from_json, spec_to_json
+from evidence.spec.yamlsrc import parse_yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 ARTICLE = ROOT / "specs" / "article1.yaml"

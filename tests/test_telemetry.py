@@ -8,8 +8,8 @@ import time
 
 import pytest
 
-from evidence.standin import StandinServer
-from evidence.telemetry import (
+from evidence.tools.standin import StandinServer
+from evidence.loadgen.telemetry import (
     PromParseError,
     TelemetrySampler,
     parse_prometheus,

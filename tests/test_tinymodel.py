@@ -10,7 +10,7 @@ import sys
 import pytest
 
 from conftest import ROOT
-from evidence.tinymodel import RECIPE_FILE, TinyModelError, file_hashes, make_tiny_model
+from evidence.tools.tinymodel import RECIPE_FILE, TinyModelError, file_hashes, make_tiny_model
 
 pytestmark = pytest.mark.engine  # the tokenizer is trained with the engine venv's `tokenizers`
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from evidence.traces import (
+from evidence.traces.model import (
     COLUMNS, TraceError, detect_format, load_kineto_json, load_nsys_sqlite, load_trace, normalize_launch_api,
     parse_step_name, place_kernels_in_steps, short_kernel_name,
 )

@@ -1,0 +1,5 @@
+"""python -m evidence.cli"""
+
+from evidence.cli.main import main
+
+main()

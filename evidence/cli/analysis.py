@@ -1,0 +1,185 @@
+"""CLI: `evidence analyze RUN`, `evidence report RUN`, `evidence compare A B`."""
+
+from __future__ import annotations
+
+import sys
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Iterator
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from evidence.canon import dumps
+
+out = Console(highlight=False, soft_wrap=True)
+err = Console(stderr=True, highlight=False, soft_wrap=True)
+
+
+@contextmanager
+def _status(message: str, enabled: bool = True) -> Iterator[None]:
+    """A spinner on stderr (so --json output on stdout stays clean); silent when stderr is not a terminal."""
+    if enabled and err.is_terminal:
+        with err.status(message):
+            yield
+    else:
+        yield
+
+
+def _fail(e: Exception) -> None:
+    """Same output and exit code as cli.fail() under main(), but also under `python -m` and CliRunner."""
+    err.print(f"evidence: error: {e}", markup=False)
+    raise typer.Exit(2)
+
+
+def _points_table(res: dict) -> Table:
+    from evidence.analysis.core import pct_text
+
+    t = Table(title=f"{res['spec']['name']}: output throughput per point ({res['spec']['cv']} CV)")
+    for col in ("point", "mean tok/s", "CV", "min", "max", "repeats", "failed req.", "flags"):
+        t.add_column(col, justify="left" if col in ("point", "flags") else "right")
+    for p in res["points"]:
+        tp = p["output_throughput"]
+        t.add_row(p["label"], f"{tp['mean']:,.2f}" if tp["mean"] is not None else "n/a", pct_text(tp["cv"]),
+                  f"{tp['min']:,.2f}" if tp["min"] is not None else "n/a",
+                  f"{tp['max']:,.2f}" if tp["max"] is not None else "n/a",
+                  f"{p['repeats_measured']}/{p['repeats_planned']}", str(p["failed"] if p["failed"] is not None else "n/a"),
+                  "; ".join(p["flags"])[:120])
+    return t
+
+
+def _print_findings(res: dict) -> None:
+    from evidence.analysis.core import pct_text
+
+    out.print(_points_table(res))
+    for c in res["comparisons"]:
+        out.print(f"[bold]{c['name']}[/]: {c['verdict']} (mean paired advantage {pct_text(c['mean_diff'], signed=True)}, "
+                  f"wins {c['wins_a']}-{c['wins_b']}, spread {pct_text(c['spread']['value'])})", markup=True)
+    o = res["ordering"]
+    if o["statement"]:
+        out.print(f"ordering: {o['statement']} (held in {o['held_in_repeats']}/{o['repeats_planned']} repeats; "
+                  f"supported: {o['supported_statement']})")
+    for d in res["dominance"]["pairs"]:
+        out.print(f"dominance: {d['statement']} (held in {d['held_in_repeats']}/{d['repeats_planned']} repeats)")
+    comp = res["completeness"]
+    if comp["missing"] or comp["with_failures"] or comp["zero_completed"]:
+        out.print(f"[yellow]caution[/]: missing {comp['missing'] or 'none'}; failed requests in "
+                  f"{comp['with_failures'] or 'none'}", markup=True)
+
+
+def register(app: typer.Typer) -> None:
+    @app.command("analyze")
+    def analyze(
+        run: Path = typer.Argument(..., help="A run directory (runs/<run-id>/)."),
+        as_json: bool = typer.Option(False, "--json", help="Print analysis.json to stdout instead of the summary."),
+        out_dir: Path = typer.Option(None, "--out", help="Where to write the tables (default: RUN/analysis)."),
+    ) -> None:
+        """Compute the analysis tables of a run from its raw records.
+
+        Writes analysis.json and CSVs (per trial, per point, paired comparisons with
+        verdicts, latency side by side, dominance, ordering, telemetry, goodput) to
+        RUN/analysis/. A pure function of the raw files: running it twice gives the
+        same bytes. Exit 2 when RUN is not a run directory.
+        """
+        from evidence.analysis.core import NotARunDir, analyze_run, default_out_dir
+
+        try:
+            with _status(f"analyzing {run}"):
+                res = analyze_run(run, out_dir)
+        except NotARunDir as e:
+            _fail(e)
+        if as_json:
+            sys.stdout.write(dumps(res))
+            return
+        _print_findings(res)
+        target = out_dir if out_dir is not None else default_out_dir(run)
+        out.print(f"wrote {len(res['files'])} files to {target}/: {', '.join(res['files'])}")
+
+    @app.command("report")
+    def report(
+        run: Path = typer.Argument(..., help="A run directory (runs/<run-id>/)."),
+        templates: Path = typer.Option(None, "--templates", help="Folder with report.md.j2 and report.html.j2 "
+                                       "(default: the repository's templates/, or $EVIDENCE_TEMPLATES)."),
+    ) -> None:
+        """Analyze a run, render its figures, and write the report.
+
+        Writes RUN/analysis/ (tables), RUN/figures/ (PNG + SVG, byte-identical across
+        runs with the same render stack) and RUN/report/ (report.md and a
+        self-contained report.html: figures embedded, CSS inline, no network).
+        """
+        from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+        from evidence.analysis.core import NotARunDir, compute_analysis, load_run, write_analysis, write_extras
+        from evidence.figures import figure_bytes, render_figures
+        from evidence.report.context import TemplateNotFound, render_report
+
+        run = Path(run)
+        try:
+            with Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(), console=err,
+                          transient=True, disable=not err.is_terminal) as prog:
+                task = prog.add_task("reading raw records", total=4)
+                data = load_run(run)
+                prog.update(task, advance=1, description="computing the analysis")
+                res = compute_analysis(data)
+                a_files = write_analysis(res, run / "analysis") + write_extras(run, run / "analysis")
+                prog.update(task, advance=1, description="rendering figures")
+                figs = figure_bytes(data, res)
+                f_files = render_figures(run, data=data, analysis=res, rendered=figs)
+                prog.update(task, advance=1, description="writing the report")
+                r_files = render_report(run, data=data, analysis=res, figures=figs, templates_dir=templates)
+                prog.update(task, advance=1)
+        except (NotARunDir, TemplateNotFound) as e:
+            _fail(e)
+        _print_findings(res)
+        out.print(f"analysis: {len(a_files)} files in {run / 'analysis'}/")
+        out.print(f"figures:  {len(f_files)} files in {run / 'figures'}/")
+        for p in r_files:
+            out.print(f"report:   {p}")
+
+    @app.command("compare")
+    def compare(
+        a: Path = typer.Argument(..., help="First run directory, or a release folder (its run is under data/raw/)."),
+        b: Path = typer.Argument(..., help="Second run directory or release folder."),
+        as_json: bool = typer.Option(False, "--json", help="Print the comparison as JSON."),
+    ) -> None:
+        """Compare two runs of the same experiment (e.g. canonical vs clean-room).
+
+        Per point: both mean throughputs and the shift; whether the ordering of points
+        is the same; each run's paired advantages and verdicts; and what differs
+        between them (spec without its name, resolved engine settings, engine and
+        package versions, accelerator, pins).
+        """
+        from evidence.analysis.core import NotARunDir, pct_text
+        from evidence.analysis.compare import compare_runs, summary_lines
+
+        try:
+            with _status(f"comparing {a} and {b}"):
+                c = compare_runs(a, b)
+        except NotARunDir as e:
+            _fail(e)
+        if as_json:
+            sys.stdout.write(dumps(c))
+            return
+        t = Table(title="mean output throughput per point (tok/s)")
+        for col in ("point", "a", "b", "shift (b-a)/a", "CV a", "CV b", "repeats a", "repeats b"):
+            t.add_column(col, justify="left" if col == "point" else "right")
+        for p in c["points"]:
+            t.add_row(p["label"], f"{p['a_mean']:,.2f}" if p["a_mean"] is not None else "n/a",
+                      f"{p['b_mean']:,.2f}" if p["b_mean"] is not None else "n/a", pct_text(p["shift"], signed=True),
+                      pct_text(p["a_cv"]), pct_text(p["b_cv"]), p["a_repeats"], p["b_repeats"])
+        out.print(t)
+        for line in summary_lines(c):
+            out.print(line)
+        diffs = [("spec (excluding name)", [f"{d['path']}: {d['a']!r} -> {d['b']!r}" for d in c["spec_diff"]]),
+                 ("engine resolved", [f"{d['name']}: {d['a']!r} -> {d['b']!r}" for d in c["engine_resolved_diff"]])]
+        for k, ds in sorted(c["provenance_diff"].items()):
+            diffs.append((f"provenance {k}", [f"{d['path']}: {d['a']!r} -> {d['b']!r}" for d in ds]))
+        for title, lines in diffs:
+            if lines:
+                out.print(f"[bold]{title}[/] differs: " + "; ".join(lines[:10]) + (" ..." if len(lines) > 10 else ""),
+                          markup=True)
+            else:
+                out.print(f"{title}: same")
+        for cv in c["caveats"]:
+            out.print(f"[yellow]caveat[/]: {cv}", markup=True)

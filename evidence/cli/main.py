@@ -1,0 +1,189 @@
+"""The `evidence` command line. Each stage's commands live beside their stage
+(the modules beside it register themselves); this file holds the app, the shared
+error handling and the spec commands (validate, plan).
+
+Exit codes: 0 success, 1 the thing checked failed (a verify check, an incomplete
+run), 2 bad input or could not proceed (reported in one paragraph, no traceback).
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from pathlib import Path
+from typing import NoReturn
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from evidence import __version__
+from evidence.canon import dumps
+from evidence.spec.plan import make_plan
+from evidence.spec.model import SpecError, Spec, load_spec
+
+app = typer.Typer(
+    name="evidence",
+    help=(
+        "Publishable, auditable performance evidence for LLM serving engines.\n\n"
+        "Pipeline: validate a YAML spec -> plan the trials -> run them against a real engine "
+        "-> analyze -> report -> freeze a tagged, checksummed release -> verify it."
+    ),
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+
+out = Console(highlight=False, soft_wrap=True)
+err = Console(stderr=True, highlight=False, soft_wrap=True)
+
+
+class UserError(Exception):
+    """An error the user can act on: printed as one paragraph, exit 2 (or the given code)."""
+
+    def __init__(self, message: str, code: int = 2):
+        super().__init__(message)
+        self.code = code
+
+
+def fail(message: str, code: int = 2) -> NoReturn:
+    raise UserError(message, code)
+
+
+def load_spec_or_exit(path: Path, as_json: bool = False) -> Spec:
+    try:
+        return load_spec(path)
+    except SpecError as e:
+        if as_json:
+            sys.stdout.write(dumps({"ok": False, "errors": e.as_json()}))
+        else:
+            err.print(e.render(), markup=False)
+        raise typer.Exit(2)
+
+
+def _version(value: bool) -> None:
+    if value:
+        out.print(f"evidence {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: bool = typer.Option(False, "--version", callback=_version, is_eager=True, help="Print the version and exit."),
+) -> None:
+    pass
+
+
+@app.command()
+def validate(
+    spec: Path = typer.Argument(..., help="The experiment spec (YAML)."),
+    as_json: bool = typer.Option(False, "--json", help="Print a machine-readable result."),
+) -> None:
+    """Check a spec and summarize the experiment it describes.
+
+    Every problem is reported at once, with file, line, column and the dotted field
+    path; unknown keys get the closest known key as a suggestion; duplicate keys are
+    errors. Exit 0 when valid, 2 otherwise.
+    """
+    s = load_spec_or_exit(spec, as_json)
+    plan = make_plan(s)
+    summary = {
+        "ok": True,
+        "name": s.name,
+        "title": s.title,
+        "engine": f"{s.engine.kind} {s.engine.version or '(any version)'}",
+        "model": s.model.id + (f"@{s.model.revision[:12]}" if s.model.revision else ""),
+        "hardware": f"{s.hardware.count} x {s.hardware.accelerator}" if s.hardware.accelerator else "no accelerator expected",
+        "points": list(s.sweep.points),
+        "prompts_per_point": {str(p): s.sweep.prompts_at(p) for p in s.sweep.points},
+        "repeats": s.sweep.repeats,
+        "order": s.sweep.order,
+        "order_note": plan.note,
+        "trials": s.trial_count,
+        "prompts_total": s.total_prompts,
+        "warmup_requests": s.sweep.warmup.requests,
+        "profile": ({"tool": s.profile.tool, "points": list(s.profile.points)} if s.profile.enabled else None),
+        "comparisons": [f"C{c.a} vs C{c.b}" for c in s.analysis.comparisons],
+    }
+    if as_json:
+        sys.stdout.write(dumps(summary))
+        return
+    out.print(f"[bold green]valid[/] {spec}: [bold]{s.name}[/] - {s.title}")
+    t = Table(show_header=False, box=None, pad_edge=False)
+    for k in ("engine", "model", "hardware"):
+        t.add_row(k, str(summary[k]))
+    t.add_row("points", ", ".join(f"C{p} ({s.sweep.prompts_at(p)} prompts)" for p in s.sweep.points))
+    t.add_row("repeats", f"{s.sweep.repeats}, order {s.sweep.order}: {plan.note}")
+    t.add_row("trials", f"{s.trial_count} ({s.total_prompts} prompts in total, plus {s.sweep.warmup.requests} warm-up)")
+    t.add_row("workload", f"{s.workload.dataset} {s.workload.input_len} in / {s.workload.output_len} out, rate {s.workload.request_rate}, seed {s.workload.seed}")
+    if summary["profile"]:
+        t.add_row("profile", f"{s.profile.tool} at {', '.join(f'C{p}' for p in s.profile.points)} (separate diagnostic run)")
+    if summary["comparisons"]:
+        t.add_row("comparisons", ", ".join(summary["comparisons"]))
+    out.print(t)
+
+
+@app.command()
+def plan(
+    spec: Path = typer.Argument(..., help="The experiment spec (YAML)."),
+    as_json: bool = typer.Option(False, "--json", help="Print the plan as JSON."),
+) -> None:
+    """Show the trials in execution order (deterministic for a given spec).
+
+    'balanced' rotates the points in each repeat (a cyclic Latin square) so every point
+    takes every position; 'fixed' always runs ascending; 'shuffled' draws seeded
+    permutations.
+    """
+    s = load_spec_or_exit(spec, as_json)
+    p = make_plan(s)
+    if as_json:
+        sys.stdout.write(dumps(p.as_dict()))
+        return
+    t = Table(title=f"{s.name}: {len(p.trials)} trials, order {p.order}")
+    for col in ("#", "trial", "repeat", "concurrency", "position", "prompts"):
+        t.add_column(col, justify="right" if col != "trial" else "left")
+    for tr in p.trials:
+        t.add_row(str(tr.index + 1), tr.id, str(tr.repeat), str(tr.point), str(tr.position), str(tr.prompts))
+    out.print(t)
+    out.print(p.note)
+    counts = p.position_counts()
+    out.print("positions taken: " + "; ".join(
+        f"C{pt}: " + ", ".join(f"#{pos} x{n}" for pos, n in sorted(c.items())) for pt, c in sorted(counts.items())))
+
+
+# Stage modules add their commands here; a module is listed only once it works.
+# Listed in pipeline order, which is the order `evidence --help` shows them in.
+COMMAND_MODULES = (
+    "evidence.cli.run",
+    "evidence.cli.analysis",
+    "evidence.cli.trace",
+    "evidence.cli.release",
+    "evidence.cli.engine",
+)
+
+
+def _register_all() -> None:
+    for name in COMMAND_MODULES:
+        try:
+            mod = importlib.import_module(name)
+        except ModuleNotFoundError as e:
+            if e.name == name:
+                continue  # not yet built
+            raise
+        mod.register(app)
+
+
+_register_all()
+
+
+def main() -> None:
+    try:
+        app(standalone_mode=True)
+    except UserError as e:
+        err.print(f"evidence: error: {e}", markup=False)
+        sys.exit(e.code)
+    except KeyboardInterrupt:
+        err.print("evidence: interrupted", markup=False)
+        sys.exit(130)
+

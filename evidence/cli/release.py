@@ -1,0 +1,166 @@
+"""`evidence freeze` and `evidence verify`: the CLI over evidence/release.py.
+
+The main CLI calls `register(app)`. This module only parses options and renders; the layout,
+the manifests and every check live in release.py. A refusal or a could-not-verify is one
+paragraph on stderr and exit 2; a failed check is exit 1; a valid release exit 0.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any, List, Optional
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from evidence.canon import dumps
+from evidence.release.core import CHECK_IDS, ReleaseError, VerifyReport, freeze as do_freeze, verify as do_verify
+
+FREEZE_HELP = """Freeze complete runs into a tagged, checksummed, BagIt-compatible release.
+
+Writes releases/<TAG>/ (bagit.txt, bag-info.txt, manifest-sha256.txt, tagmanifest-sha256.txt,
+release.json, data/raw|analysis|figures|report/<run-id>/, data/provenance/<run-id>.json), a
+deterministic releases/<TAG>.tar and its sha256 (releases/<TAG>.tar.sha256), commits those
+three paths (and nothing else) and creates the annotated git tag TAG on that commit; the tag
+message carries the sha256 of both manifests and of the tar.
+
+At least one RUN is required: there is no default, the release holds exactly the runs you name.
+Analysis, figures and report are regenerated from the raw files, never copied. Refuses (exit 2)
+a dirty git tree (untracked files count), an existing tag or release, a run that is not
+complete (status, planned trials), and any unredacted token, key or password in the payload.
+Dates come from SOURCE_DATE_EPOCH, or the commit time of HEAD; never from the clock."""
+
+VERIFY_HELP = f"""Verify a release folder (releases/<tag>) or its .tar, and say exactly what is wrong.
+
+Runs every check, every time ({len(CHECK_IDS)} checks with stable ids): paths (links, devices,
+'..', absolute, backslashes, names colliding after NFC/case folding), completeness both ways
+(missing and unexpected files), fixity of payload and tag files (the tag manifest is required),
+bag-info and Payload-Oxum, canonical release.json that agrees with the manifests, provenance
+statements, the git tag (exists, annotated, peels to the commit it names, message carries the
+manifest digests, files equal the tagged commit's blobs) when the release sits in a git
+repository (or --repo is given), and regeneration of analysis, figures and report from
+data/raw compared byte for byte (for a PNG that differs: whether the pixels match and which
+render-environment versions differ). A .tar is checked member by member before anything is
+extracted, into a temporary folder.
+
+Exit 0: valid. 1: a check failed. 2: could not verify (not a release, unreadable)."""
+
+_STYLE = {"pass": "green", "fail": "bold red", "skip": "yellow"}
+
+
+def _reflow(text: str) -> str:
+    # typer keeps hard line breaks; paragraphs must be single lines to wrap to the terminal
+    return "\n\n".join(" ".join(p.split()) for p in text.split("\n\n"))
+
+
+def _short(v: Any, n: int = 100) -> str:
+    s = v if isinstance(v, str) else dumps(v, indent=None).strip()
+    return s if len(s) <= n else s[: n - 3] + "..."
+
+
+def _progress(console: Console) -> tuple[Any, Any]:
+    """A rich progress bar on stderr for hashing; (callback, context manager)."""
+    from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TransferSpeedColumn
+
+    bar = Progress(TextColumn("hashing"), BarColumn(), DownloadColumn(), TransferSpeedColumn(),
+                   console=console, transient=True)
+    state: dict[str, Any] = {}
+
+    def cb(n: int, total: int) -> None:
+        if "task" not in state:
+            state["task"] = bar.add_task("hash", total=total)
+        bar.advance(state["task"], n)
+
+    return cb, bar
+
+
+def print_report(rep: VerifyReport, console: Console) -> None:
+    t = Table(title=f"verify {rep.path}" + (f" (tag {rep.tag})" if rep.tag else ""))
+    t.add_column("check")
+    t.add_column("status")
+    t.add_column("result")
+    for c in rep.checks:
+        t.add_row(c.id, f"[{_STYLE[c.status]}]{c.status}[/]", escape(c.message))
+    console.print(t)
+    if rep.failed:
+        console.print("[bold red]failures[/] (check, path: expected / found):")
+        for c in rep.failed:
+            console.print(f"  [bold]{c.id}[/]: {escape(c.message)}")
+            for f in c.findings[:50]:
+                console.print(f"    {escape(f.path)}: expected {escape(_short(f.expected))} / found {escape(_short(f.found))}"
+                              + (f"  ({escape(f.message)})" if f.message else ""), soft_wrap=True)
+            if len(c.findings) > 50:
+                console.print(f"    ... and {len(c.findings) - 50} more (--json lists all)")
+    counts = {s: sum(1 for c in rep.checks if c.status == s) for s in ("pass", "fail", "skip")}
+    if rep.ok:
+        console.print(f"[bold green]VALID[/]: {counts['pass']} checks passed, {counts['skip']} skipped, none failed.")
+    else:
+        console.print(f"[bold red]NOT VALID[/]: {counts['fail']} check(s) failed, {counts['pass']} passed, {counts['skip']} skipped.")
+
+
+def register(app: typer.Typer) -> None:
+    """Add `freeze` and `verify` to the given app."""
+    from evidence.cli.main import err, fail, out
+
+    @app.command("freeze", help=_reflow(FREEZE_HELP))
+    def freeze(
+        runs: Optional[List[Path]] = typer.Argument(None, metavar="RUN...",
+                                                    help="Run directories (runs/<run-id>) to release; at least one is required."),
+        tag: str = typer.Option(..., "--tag", help="Release name: the git tag and the folder name (letters, digits, . _ -)."),
+        releases_dir: Optional[Path] = typer.Option(None, "--releases-dir", help="Where releases go (default: releases/ at the repository root)."),
+        repo: Optional[Path] = typer.Option(None, "--repo", help="The git repository (default: the one holding the current folder)."),
+        allow: List[str] = typer.Option([], "--allow", help="Publish anyway despite: 'incomplete' (recorded in release.json)."),
+        as_json: bool = typer.Option(False, "--json", help="Print the result as JSON."),
+    ) -> None:
+        if not runs:
+            fail("give at least one RUN directory to freeze (e.g. `evidence freeze --tag v1 runs/<run-id>`); "
+                 "there is no default, a release holds exactly the runs you name.")
+        import git
+
+        try:
+            root = Path(repo) if repo else Path(git.Repo(Path.cwd(), search_parent_directories=True).working_tree_dir)
+        except (git.InvalidGitRepositoryError, git.NoSuchPathError):
+            fail(f"{Path.cwd()} is not inside a git repository; run freeze from the project (or pass --repo).")
+        rdir = Path(releases_dir).resolve() if releases_dir else Path("releases")
+        try:
+            res = do_freeze(tag, [Path(r) for r in runs], root, releases_dir=rdir, allow=allow,
+                            say=lambda s: err.print(s, markup=False) if not as_json else None)
+        except ReleaseError as e:
+            fail(str(e), e.code)
+        if as_json:
+            sys.stdout.write(dumps(res.as_dict()))
+            return
+        out.print(f"[bold green]froze[/] {res.tag}: {len(res.runs)} run(s) ({', '.join(res.runs)}), {res.files} files, {res.bytes} bytes")
+        for k, v in (("folder", res.release_dir), ("archive", res.tar_path), ("archive sha256", res.tar_sha256),
+                     ("manifest sha256", res.manifest_sha256), ("tagmanifest sha256", res.tagmanifest_sha256),
+                     ("commit", res.commit), ("tag", f"{res.tag} (annotated, object {res.tag_object})")):
+            out.print(f"  {k:19} {v}", markup=False)
+        out.print(f"check it with: evidence verify {res.release_dir}", markup=False)
+
+    @app.command("verify", help=_reflow(VERIFY_HELP))
+    def verify(
+        path: Path = typer.Argument(..., help="A release folder (releases/<tag>) or its .tar."),
+        as_json: bool = typer.Option(False, "--json", help="Print every check as JSON (machine-readable)."),
+        no_regen: bool = typer.Option(False, "--no-regen", help="Skip regenerating analysis, figures and report (reported as skipped)."),
+        repo: Optional[Path] = typer.Option(None, "--repo", help="Check the git tag in this repository (default: the one holding PATH, if any)."),
+    ) -> None:
+        cb, bar = (None, None) if as_json or not err.is_terminal else _progress(err)
+        try:
+            if bar is not None:
+                with bar:
+                    rep = do_verify(path, repo=repo, regen=not no_regen, progress=cb)
+            else:
+                rep = do_verify(path, repo=repo, regen=not no_regen)
+        except ReleaseError as e:
+            if as_json:
+                sys.stdout.write(dumps({"path": str(path), "ok": False, "exit_code": e.code, "error": str(e)}))
+                raise typer.Exit(e.code)
+            fail(str(e), e.code)
+        if as_json:
+            sys.stdout.write(dumps(rep.as_dict()))
+        else:
+            print_report(rep, out)
+        raise typer.Exit(rep.exit_code)

@@ -1,0 +1,90 @@
+"""`evidence run`: execute a spec against a real engine into runs/<run-id>/."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import typer
+
+from evidence.canon import dumps
+
+
+def register(app: typer.Typer) -> None:
+    @app.command()
+    def run(
+        spec: Path = typer.Argument(..., help="The experiment spec (YAML)."),
+        runs_dir: Path = typer.Option(Path("runs"), "--runs-dir", help="Where run directories are created."),
+        run_id: str = typer.Option(None, "--run-id", help="Name of the run directory (default: <spec name>-<UTC time>). "
+                                   "An existing run of the same spec under this name is continued."),
+        resume: Path = typer.Option(None, "--resume", help="Continue this run directory (same spec required)."),
+        new: bool = typer.Option(False, "--new", help="Start a new run even if an unfinished run of this spec exists."),
+        allow_drift: bool = typer.Option(False, "--allow-drift", help="Run even when the environment does not match the "
+                                         "spec's pins (GPU, engine version, model revision, code commit, clean tree); "
+                                         "the mismatches are recorded in provenance.json."),
+        code_commit: str = typer.Option(None, "--code-commit", envvar="EVIDENCE_CODE_COMMIT",
+                                        help="The commit this checkout is at, when it has no .git (e.g. a copied tree)."),
+        no_profile: bool = typer.Option(False, "--no-profile", help="Skip the diagnostic profiling run even if the spec enables it."),
+        no_progress: bool = typer.Option(False, "--no-progress", help="No progress bars (for logs and CI)."),
+        interleave: str = typer.Option(None, "--interleave", help="A shell command run against the same server right "
+                                       "after each trial (e.g. `vllm bench serve ...`), to compare another client on "
+                                       "the same server and workload. Placeholders: {base_url} {model} {point} "
+                                       "{prompts} {trial} {out} {input_len} {output_len} {seed}. Its output goes to "
+                                       "interleaved/<trial>/, never into the trial's records."),
+        http_stack: str = typer.Option("auto", "--http-stack", help="HTTP client under the streaming load generator: "
+                                       "'h1' (our keep-alive HTTP/1.1 client, the default for http://; about 3x less "
+                                       "client CPU per token, bench/RESULTS-client.md) or 'aiohttp' (one ClientSession, "
+                                       "also used for https://). Both share one SSE parser and one test suite; the "
+                                       "stack used is recorded in each trial's meta.json."),
+        as_json: bool = typer.Option(False, "--json", help="Print the outcome as JSON at the end."),
+    ) -> None:
+        """Run the spec's sweep against a real engine and record every request.
+
+        Starts the engine with the spec's arguments (or uses an external endpoint), checks the
+        environment against the spec's pins, warms up, then runs each trial of the plan in order
+        with an aiohttp streaming client, recording per-request timestamps, tokens and errors,
+        engine telemetry, the engine's resolved settings and full provenance.
+
+        Interrupted? Run the same command again: complete trials are kept and never repeated.
+        Exit codes: 0 complete, 1 complete with failed requests or incomplete, 2 could not run,
+        130 interrupted.
+        """
+        from evidence.cli.main import err, fail, load_spec_or_exit, out
+        from evidence.run.runner import RunError, run_experiment
+
+        load_spec_or_exit(spec)
+        if http_stack not in ("auto", "h1", "aiohttp"):
+            fail(f"--http-stack must be auto, h1 or aiohttp, not {http_stack!r}.")
+        if resume and (run_id or new):
+            fail("--resume names the run to continue; it cannot be combined with --run-id or --new.")
+        if new and run_id is None:
+            from evidence.spec.model import load_spec
+            import datetime as dt
+
+            run_id = f"{load_spec(spec).name}-{dt.datetime.now(dt.timezone.utc).strftime('%Y%m%dT%H%M%SZ')}"
+        repo_root = Path.cwd()
+        try:
+            outcome = run_experiment(spec, runs_dir=runs_dir, repo_root=repo_root, run_id=run_id, resume=resume,
+                                     allow_drift=allow_drift, code_commit=code_commit, progress=not no_progress,
+                                     profile=not no_profile, console=err, interleave=interleave, http_stack=http_stack)
+        except RunError as e:
+            fail(str(e), e.code)
+        res = {
+            "run_dir": str(outcome.run_dir),
+            "status": outcome.status,
+            "resumed": outcome.resumed,
+            "trials_done": outcome.trials_done,
+            "trials_with_failed_requests": outcome.trials_failed,
+            "message": outcome.message,
+            "exit_code": outcome.exit_code,
+        }
+        if as_json:
+            sys.stdout.write(dumps(res))
+        else:
+            colour = "green" if outcome.exit_code == 0 else "yellow"
+            out.print(f"[{colour}]{outcome.status}[/]: {outcome.run_dir} ({len(outcome.trials_done)} trials recorded)")
+            if outcome.trials_failed:
+                out.print(f"[yellow]trials with failed requests:[/] {', '.join(outcome.trials_failed)}")
+            if outcome.message:
+                out.print(outcome.message)
+        raise typer.Exit(outcome.exit_code)

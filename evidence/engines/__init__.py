@@ -1,0 +1,1 @@
+"""Engine adapters: how to start, probe and stop a serving engine (vllm/), or measure an endpoint."""

@@ -1,0 +1,1 @@
+"""The vLLM adapter: command line, launcher, log dialect, installer of the CPU build."""

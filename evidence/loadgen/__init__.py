@@ -1,0 +1,1 @@
+"""The load generator: HTTP and time, nothing about analysis (one record per request)."""

@@ -1,0 +1,1 @@
+"""Releases: freeze runs into a BagIt-compatible, tagged release, and verify one."""

@@ -1,0 +1,657 @@
+"""The report: report/report.md and a self-contained report/report.html.
+
+Everything is a pure function of the raw run (through `evidence.analysis` and
+`evidence.figures`, computed in memory) and of the templates: no timestamps
+of "now", dates only from raw data (run.json, trial meta), no network. The
+HTML embeds figures as base64 PNG and its CSS inline. Numbers are formatted
+here, once, so that templates only place strings (jinja2 StrictUndefined: a
+missing value is an error, never an empty cell).
+
+Templates are found in this order: the `templates_dir` argument, the
+EVIDENCE_TEMPLATES environment variable, the repository's top-level
+`templates/` next to the package, then `evidence/templates/` (package data).
+
+Profiling hook: when profile/ holds analysis results as JSON (files named
+`analysis*.json`, `results*.json`, `*_analysis.json` or `*-analysis.json`,
+anywhere under profile/), the report includes a "Profiling (diagnostic)"
+section rendering them as tables. Nothing here depends on them.
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime as _dt
+import json
+import os
+import re
+from pathlib import Path
+from typing import Any, Iterable, Sequence
+
+from evidence.resources import TEMPLATES
+from evidence.analysis.core import (CSV_DECIMALS, METHODS, RunData, compute_analysis, label, latency_stats, load_run, pct_text)
+from evidence.canon import write_atomic
+from evidence.figures import FIGURE_NAMES, figure_bytes, render_environment
+from evidence.metrics import METRIC_DOCS
+
+TEMPLATE_NAMES = ("report.md.j2", "report.html.j2")
+FIGURE_TITLES = {
+    "throughput_vs_concurrency": "Output throughput vs concurrency: mean line, every repeat as a marker",
+    "latency_vs_throughput": "Latency vs throughput operating points (dominated points crossed out)",
+    "latency_ecdf": "TTFT and TPOT distributions per point (ECDF, repeats pooled)",
+    "telemetry": "Server-reported running and waiting requests over time, per trial",
+}
+PROFILE_RESULT = re.compile(r"^(analysis.*|results.*|.*[_-]analysis)\.json$")
+
+
+class TemplateNotFound(FileNotFoundError):
+    pass
+
+
+def find_templates(templates_dir: Path | None = None) -> Path:
+    cands: list[Path] = []
+    if templates_dir is not None:
+        cands.append(Path(templates_dir))
+    if os.environ.get("EVIDENCE_TEMPLATES"):
+        cands.append(Path(os.environ["EVIDENCE_TEMPLATES"]))
+    cands.append(TEMPLATES)
+    for c in cands:
+        if all((c / n).is_file() for n in TEMPLATE_NAMES):
+            return c
+    raise TemplateNotFound("the report templates (report.md.j2, report.html.j2) were not found in "
+                           + ", ".join(str(c) for c in cands)
+                           + "; pass templates_dir or set EVIDENCE_TEMPLATES to the folder that holds them.")
+
+
+# ---------------------------------------------------------------- formatting ----
+
+
+def num(x: Any, d: int = 2) -> str:
+    if x is None:
+        return "n/a"
+    if isinstance(x, bool):
+        return "yes" if x else "no"
+    if isinstance(x, int):
+        return f"{x:,}"
+    s = f"{x:,.{d}f}"
+    return s[1:] if s.startswith("-") and float(s.replace(",", "")) == 0 else s
+
+
+def pct(x: float | None, signed: bool = False, d: int = 3) -> str:
+    return pct_text(x, d, signed)
+
+
+def text(x: Any) -> str:
+    if x is None:
+        return "n/a"
+    if isinstance(x, bool):
+        return "yes" if x else "no"
+    if isinstance(x, float):
+        return repr(x)
+    if isinstance(x, (dict, list)):
+        return json.dumps(x, sort_keys=True, ensure_ascii=False)
+    return str(x)
+
+
+def utc(ts: Any) -> str | None:
+    if not isinstance(ts, (int, float)):
+        return None
+    return _dt.datetime.fromtimestamp(float(ts), tz=_dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def table(caption: str, headers: Sequence[str], rows: Iterable[Sequence[Any]], align: str | None = None,
+          note: str = "") -> dict:
+    rows = [[c if isinstance(c, str) else text(c) for c in r] for r in rows]
+    al = list(align) if align else ["l"] + ["r"] * (len(headers) - 1)
+    assert len(al) == len(headers)
+    return {"caption": caption, "headers": list(headers), "rows": rows, "align": al, "note": note}
+
+
+def section(sid: str, title: str, paragraphs: Sequence[str] = (), tables: Sequence[dict] = (),
+            figures: Sequence[str] = (), bullets: Sequence[str] = ()) -> dict:
+    return {"id": sid, "title": title, "paragraphs": list(paragraphs), "tables": list(tables),
+            "figures": list(figures), "bullets": list(bullets)}
+
+
+# ------------------------------------------------------------------ sections ----
+
+
+def _summary(res: dict) -> list[str]:
+    out = []
+    c = res["completeness"]
+    status = c["run_status"] or "unknown"
+    out.append(f"Run status: {status}; {c['trials_present']} of {c['trials_planned']} planned trials recorded"
+               + (f" (missing: {', '.join(c['missing'])})" if c["missing"] else "")
+               + (f"; trials with failed requests: {', '.join(c['with_failures'])}" if c["with_failures"] else "") + ".")
+    pts = "; ".join(f"{p['label']} {num(p['output_throughput']['mean'])} tok/s (CV {pct(p['output_throughput']['cv'])}, "
+                    f"n={p['repeats_measured']}/{p['repeats_planned']})" for p in res["points"])
+    out.append(f"Mean output throughput ({res['spec']['cv']} CV): {pts}.")
+    o = res["ordering"]
+    if o["statement"]:
+        out.append(f"Ordering of means: {o['statement']}; it held in {o['held_in_repeats']} of {o['repeats_planned']} "
+                   f"repeats. Supported by the paired verdicts: {o['supported_statement']} ('~' = not a finding).")
+    for cmp in res["comparisons"]:
+        if not cmp["pairs"]:
+            out.append(f"{cmp['name']}: {cmp['verdict']}.")
+            continue
+        out.append(f"{cmp['name']}: {cmp['verdict']}. Mean paired advantage of {label(cmp['a'])} "
+                   f"{pct(cmp['mean_diff'], signed=True)} over {cmp['pairs']} paired repeat(s); {label(cmp['a'])} won "
+                   f"{cmp['wins_a']}, {label(cmp['b'])} won {cmp['wins_b']}; run-to-run spread "
+                   f"{pct(cmp['spread']['value'])}.")
+    for d in res["dominance"]["pairs"]:
+        out.append(f"{d['statement']} (on every reported latency metric and throughput, means over repeats; the same "
+                   f"held in {d['held_in_repeats']} of {d['repeats_planned']} repeats).")
+    if not res["dominance"]["pairs"]:
+        out.append("No point is dominated by another on the reported metrics.")
+    return out
+
+
+def _setup_tables(data: RunData, res: dict) -> list[dict]:
+    s = data.spec
+    w, sw = s.workload, s.sweep
+    rows = [
+        ("experiment", f"{s.name}: {s.title}"),
+        ("model", s.model.id + (f" @ {s.model.revision}" if s.model.revision else " (no revision pinned)")),
+        ("weights", "dummy (random; --load-format dummy)" if s.model.load_format == "dummy" else s.model.load_format),
+        ("engine (spec)", f"{s.engine.kind} {s.engine.version or '(any version)'}"),
+        ("hardware (spec)", f"{s.hardware.count} x {s.hardware.accelerator}" if s.hardware.accelerator
+         else "no accelerator expected" + (f" ({s.hardware.notes})" if s.hardware.notes else "")),
+        ("engine arguments (spec; unset ones are left to the engine)",
+         ", ".join(f"{k}={v}" for k, v in sorted(s.engine.args.model_dump().items()) if v is not None and v != [])),
+        ("workload", f"{w.dataset}, {w.input_len} input / {w.output_len} output tokens (nominal), request_rate "
+                     f"{w.request_rate}, seed {w.seed}, ignore_eos {w.ignore_eos}, prompts as {w.prompt_form}"),
+        ("points (max concurrency)", ", ".join(f"{label(p)} ({sw.prompts_at(p)} prompts)" for p in sw.points)),
+        ("repeats and order", f"{sw.repeats}, {sw.order}: {data.plan.get('note', '')}"),
+        ("warm-up", f"{sw.warmup.requests} request(s), {sw.warmup.when}" if sw.warmup.requests else "none"),
+        ("cool-down between trials", f"{sw.cooldown_s:g} s"),
+        ("analysis", f"latency metrics {', '.join(s.analysis.latency_metrics)}; percentiles "
+                     f"{', '.join(f'{p:g}' for p in s.analysis.percentiles)}; CV with {s.analysis.cv} std"
+                     + (f"; SLOs (ms) {json.dumps(dict(sorted(s.analysis.slos_ms.items())))}" if s.analysis.slos_ms else "")),
+    ]
+    out = [table("Experiment (from spec.resolved.json)", ["setting", "value"], rows, "ll")]
+    prov = data.provenance or {}
+    prow = _provenance_rows(prov)
+    if prow:
+        later = res["setup"]["provenance_files"][1:]
+        out.append(table("Environment found (provenance.json" + (f"; after engine restarts also {', '.join(later)}"
+                                                                 if later else "") + ")", ["item", "value"], prow, "ll"))
+    elif not prov:
+        out.append(table("Environment found", ["item", "value"], [("provenance.json", "absent from the run")], "ll"))
+    er = res["setup"]["engine_resolved"]
+    if isinstance(er, dict) and er:
+        rows = []
+        for k in sorted(er):
+            v = er[k]
+            if isinstance(v, dict) and "value" in v:
+                req = text(v["requested"]) if "requested" in v else ""
+                src = text(v.get("source")) + (f"; {v['also']}" if v.get("also") else "")
+                rows.append((k, text(v.get("value")), req, src))
+            else:
+                rows.append((k, text(v), "", "n/a"))
+        changes = res["setup"]["engine_resolved_changes"]
+        out.append(table("What the engine resolved (engine/resolved.json): scheduler and memory settings, what the "
+                         "spec asked for, and where each value was read", ["setting", "value", "requested", "source"],
+                         rows, "llll", ("After an engine restart some settings resolved differently: " + "; ".join(
+                             f"{c['name']}: {text(c['first'])} -> {text(c['this'])} ({c['file']})" for c in changes))
+                         if changes else ""))
+    pins = res["setup"]["pins"]
+    if pins:
+        out.append(table("Pins: requested by the spec vs effective in the environment",
+                         ["pin", "requested", "effective", "holds", "note"],
+                         [(text(p.get("pin")), text(p.get("requested")), text(p.get("effective")),
+                           "yes" if p.get("ok") else "NO", text(p.get("note")) if p.get("note") else "")
+                          for p in pins if isinstance(p, dict)], "lllll"))
+    order_rows = []
+    by_rep: dict[int, list] = {}
+    for t in res["trials"]:
+        by_rep.setdefault(t["repeat"], []).append(t)
+    for r in sorted(by_rep):
+        ts = sorted(by_rep[r], key=lambda t: t["position"])
+        order_rows.append((f"repeat {r}", " -> ".join(label(t["point"]) + ("" if t["status"] == "present" else " (missing)")
+                                                   for t in ts)))
+    out.append(table("Execution order (plan.json)", ["repeat", "points in the order they ran"], order_rows, "ll"))
+    return out
+
+
+def _provenance_rows(prov: dict) -> list[tuple[str, str]]:
+    """A few readable lines from provenance.json (free-form: every key is optional)."""
+    rows: list[tuple[str, str]] = []
+    if not isinstance(prov, dict):
+        return rows
+    if "host" in prov:
+        rows.append(("host", _brief(prov["host"])))
+    if "container" in prov:
+        rows.append(("container", _brief(prov["container"])))
+    acc = prov.get("accelerator")
+    if isinstance(acc, dict):
+        devs = [d for d in acc.get("devices") or [] if isinstance(d, dict)]
+        if devs:
+            names = sorted({str(d.get("name")) for d in devs})
+            extra = ", ".join(f"{k} {acc[k]}" for k in ("driver", "cuda_driver_version") if acc.get(k))
+            rows.append(("accelerator", f"{len(devs)} x {', '.join(names)}" + (f" ({extra})" if extra else "")
+                         + (f"; visible {acc['visible_count']}" if "visible_count" in acc else "")))
+        else:
+            rows.append(("accelerator", f"none found ({acc.get('how', 'no detail')})" if acc.get("found") == "none"
+                         else _brief(acc)))
+    elif acc is not None:
+        rows.append(("accelerator", _brief(acc)))
+    if "engine" in prov:
+        rows.append(("engine", _brief(prov["engine"])))
+    py = prov.get("python")
+    if isinstance(py, dict) and any(isinstance(py.get(k), dict) for k in ("harness", "engine")):
+        for side in ("harness", "engine"):
+            info = py.get(side)
+            if not isinstance(info, dict):
+                continue
+            pk = info.get("packages") if isinstance(info.get("packages"), dict) else {}
+            keys = ", ".join(f"{n} {pk[n]}" for n in sorted(pk, key=str.lower) if n.lower() in _KEY_PACKAGES)
+            rows.append((f"python ({side})", f"{info.get('version', 'n/a')}; {len(pk)} packages recorded"
+                         + (f"; {keys}" if keys else "") + (f"; {info['error']}" if info.get("error") else "")))
+    elif py is not None:
+        rows.append(("python", _brief(py)))
+    pk = prov.get("packages")
+    if isinstance(pk, dict):
+        rows.append(("packages", f"{len(pk)} recorded; " + ", ".join(
+            f"{n} {pk[n]}" for n in sorted(pk, key=str.lower) if n.lower() in _KEY_PACKAGES)))
+    if "model" in prov:
+        rows.append(("model", _brief(prov["model"])))
+    if "git" in prov:
+        rows.append(("git", _brief(prov["git"])))
+    return rows
+
+
+_KEY_PACKAGES = {"vllm", "torch", "transformers", "numpy", "matplotlib", "aiohttp", "pydantic", "triton", "flashinfer",
+                 "flash-attn", "flash_attn", "evidence"}
+
+
+def _brief(v: Any, limit: int = 260) -> str:
+    if isinstance(v, dict):
+        parts = [f"{k}={_brief(v[k], 70)}" for k in sorted(v) if not isinstance(v[k], (dict, list))]
+        s = ", ".join(parts) if parts else f"{len(v)} entries"
+    elif isinstance(v, list):
+        s = "; ".join(_brief(x, 80) for x in v)
+    else:
+        s = text(v)
+    return s if len(s) <= limit else s[: limit - 3] + "..."
+
+
+def _flags(xs: Sequence[str]) -> str:
+    return "; ".join(xs) if xs else ""
+
+
+def _points_table(res: dict) -> dict:
+    kind = res["spec"]["cv"]
+    rows = []
+    for p in res["points"]:
+        tp = p["output_throughput"]
+        rows.append((p["label"], num(tp["mean"]), pct(tp["cv"]), num(tp["min"]), num(tp["max"]), pct(tp["rel_range"]),
+                     f"{p['repeats_measured']}/{p['repeats_planned']}", num(p["request_throughput"]["mean"], 3),
+                     num(p["failed"]), num(p["output_len_mismatches"]),
+                     _flags(p["flags"] + [f"{k}: {v}" for k, v in sorted(p["absent"].items())])))
+    return table(f"Output throughput per point over repeats (tok/s; CV = {kind} std / mean; range = (max - min) / mean)",
+                 ["point", "mean tok/s", f"CV ({kind})", "min", "max", "range", "repeats", "req/s", "failed req.",
+                  "len. mism.", "flags"], rows, "lrrrrrrrrrl")
+
+
+def _prompt_table(res: dict) -> dict:
+    rows = []
+    for p in res["points"]:
+        srv = p["prompt_tokens"]["server"] or {}
+        rows.append((p["label"], num(p["prompt_tokens"]["input_len_nominal"]), num(p["prompt_tokens"]["nominal_mean"]),
+                     num(srv.get("min")), num(srv.get("max")), num(srv.get("mean")), num(p["chunk_usage_mismatches"])))
+    return table("Prompt tokens: nominal (what the workload asked for) vs what the server reported (usage.prompt_tokens)",
+                 ["point", "nominal", "sent (mean)", "server min", "server max", "server mean",
+                  "chunk != usage count"], rows)
+
+
+def _comparison_tables(res: dict) -> list[dict]:
+    out = []
+    for c in res["comparisons"]:
+        A, B = label(c["a"]), label(c["b"])
+        rows = [(f"repeat {r['repeat']}", num(r["a"]), num(r["b"]), pct(r["diff"], signed=True),
+                 {"a": A, "b": B, "tie": "tie", None: "n/a"}[r["winner"]], _flags(r["flags"])) for r in c["repeats"]]
+        s = c["spread"]
+        rows.append(("mean", "", "", pct(c["mean_diff"], signed=True), f"{A} {c['wins_a']}, {B} {c['wins_b']}"
+                     + (f", ties {c['ties']}" if c["ties"] else ""), ""))
+        note = (f"Verdict: {c['verdict']}. Spread = max of the two points' run-to-run relative ranges: {A} "
+                f"{pct(s['a_rel_range'])}, {B} {pct(s['b_rel_range'])} -> {pct(s['value'])} (CVs, {s['cv_kind']}: "
+                f"{A} {pct(s['a_cv'])}, {B} {pct(s['b_cv'])}). Paired difference = (T_{A} - T_{B}) / T_{B}.")
+        out.append(table(f"Paired comparison {A} vs {B} (output throughput, tok/s)",
+                         ["repeat", A, B, "paired difference", "winner", "flags"], rows, "lrrrll", note))
+    return out
+
+
+def _side_by_side_tables(res: dict) -> list[dict]:
+    out = []
+    for c in res["comparisons"]:
+        A, B = label(c["a"]), label(c["b"])
+        rows = []
+        for r in c["latency_side_by_side"]:
+            d = 2
+            name = "Output throughput" if r["metric"] == "output_throughput" else f"{r['stat']} {r['metric'].upper()}"
+            if r["stat"] == "mean" and r["metric"] != "output_throughput":
+                name = f"Mean {r['metric'].upper()}"
+            unit = " " + r["unit"]
+            rows.append((name, num(r["a"], d) + unit if r["a"] is not None else "n/a",
+                         num(r["b"], d) + unit if r["b"] is not None else "n/a", pct(r["change"], signed=True, d=2),
+                         num(r["pooled_a"], d) if r["pooled_a"] is not None else "",
+                         num(r["pooled_b"], d) if r["pooled_b"] is not None else "",
+                         pct(r["pooled_change"], signed=True, d=2) if r["pooled_change"] is not None else ""))
+        flags = c["latency_side_by_side"][0]["flags"] if c["latency_side_by_side"] else []
+        note = ("Change = (value at " + B + " - value at " + A + ") / value at " + A + ". Latency: each statistic "
+                "within a trial, then the mean over repeats; 'pooled' pools every repeat's requests first."
+                + (" Flags: " + _flags(flags) if flags else ""))
+        out.append(table(f"Latency side by side: {A} vs {B}", ["metric", A, B, "change", f"pooled {A}", f"pooled {B}",
+                                                               "pooled change"], rows, "lrrrrrr", note))
+    return out
+
+
+def _latency_point_table(res: dict) -> dict:
+    stats = latency_stats(res["spec"]["percentiles"])
+    rows = []
+    for p in res["points"]:
+        for m in ("ttft", "tpot", "itl", "e2el"):
+            for method in ("mean_over_repeats", "pooled"):
+                d = p["latency"][m][method] or {}
+                n = d.get("n_trials") if method == "mean_over_repeats" else d.get("n")
+                rows.append([p["label"], m.upper(), "mean over repeats" if method == "mean_over_repeats" else "pooled",
+                             num(n)] + [num(d.get(s), 3) for s in stats])
+    return table("Latency per point (ms): per-trial statistics averaged over repeats, and all repeats pooled "
+                 "(n = trials averaged, or samples pooled)", ["point", "metric", "method", "n"] + stats, rows,
+                 "llll" + "r" * len(stats))
+
+
+def _dominance_tables(res: dict) -> list[dict]:
+    dom = res["dominance"]
+    held = {(d["dominant"], d["dominated"]): d for d in dom["pairs"]}
+    pm = {p["point"]: p for p in res["points"]}
+    rows = []
+    for e in dom["points"]:
+        by = ", ".join(f"{label(q)} (held in {held[(q, e['point'])]['held_in_repeats']}/"
+                       f"{held[(q, e['point'])]['repeats_planned']} repeats)" for q in e["dominated_by"])
+        rows.append((e["label"], num(pm[e["point"]]["output_throughput"]["mean"]),
+                     "n/a" if e["dominated"] is None else ("YES" if e["dominated"] else "no"), by or "",
+                     ", ".join(label(q) for q in e["dominates"]), ", ".join(label(q) for q in e["tied_with"]),
+                     (e.get("note") or "") + (" " + _flags(e["flags"]) if e["flags"] else "")))
+    t1 = table("Dominance over all points", ["point", "mean tok/s", "dominated", "dominated by", "dominates", "tied with",
+                                             "notes"], rows, "lrllll" + "l",
+               "Criteria: " + ", ".join(dom["criteria"]) + ". " + METHODS["dominance"])
+    o = res["ordering"]
+    rows = [("means", o["statement"] or "n/a", ""), ("paired verdicts ('~' = not a finding)",
+                                                      o["supported_statement"] or "n/a", "")]
+    for r in o["repeats"]:
+        rows.append((f"repeat {r['repeat']}", r["statement"] or "incomplete (a trial is missing or unmeasured)",
+                     "n/a" if r["matches"] is None else ("yes" if r["matches"] else "NO")))
+    t2 = table(f"Ordering of points by output throughput: held in {o['held_in_repeats']} of {o['repeats_planned']} "
+               "repeats", ["scope", "statement", "same as means"], rows, "lll")
+    rows = [(f"{label(lk['lo'])} vs {label(lk['hi'])}", lk["symbol"] or "n/a", pct(lk["mean_diff_lo_vs_hi"], signed=True),
+             pct(lk["spread"]), lk["verdict"]) for lk in o["links"]]
+    t3 = table("Adjacent points: paired verdicts behind each ordering symbol",
+               ["pair", "symbol (means)", "mean paired difference", "spread", "verdict"], rows, "lcrrl")
+    return [t1, t2, t3]
+
+
+def _telemetry_table(res: dict) -> dict:
+    rows = []
+    for t in res["telemetry"]:
+        if t["status"] != "present":
+            rows.append((t["trial"], num(t["position"]), "n/a", "n/a", "n/a", "n/a", "n/a", "n/a", "n/a", t["absent"]))
+            continue
+        su, mx, de = t["sustained"], t["max"], t["delta"]
+        rows.append((t["trial"], num(t["position"]), num(su["running"], 1), num(su["waiting"], 1),
+                     num(su["kv_cache_usage"], 4), num(mx["running"], 0), num(mx["waiting"], 0),
+                     num(de["preemptions"], 0), num(t["samples"]),
+                     _flags([f"{k}: {v}" for k, v in sorted(t["absent_keys"].items())])))
+    return table("Engine telemetry per trial: sustained = median over the plateau window (ramp-up and drain excluded)",
+                 ["trial", "position", "running (sust.)", "waiting (sust.)", "KV cache use (sust.)", "running max",
+                  "waiting max", "preemptions", "samples", "absent"], rows, "lrrrrrrrrl", METHODS["telemetry_plateau"]
+                 + ". KV cache use is as the server reports it (vLLM: a fraction 0-1).")
+
+
+def _goodput_tables(res: dict) -> tuple[list[str], list[dict]]:
+    g = res["goodput"]
+    if g["absent"]:
+        return [g["absent"] + "."], []
+    rows = [(t["trial"], num(t["position"]), num(t["requests"]), num(t["meeting"]), num(t["undetermined"]),
+             pct(t["attainment"]), num(t["goodput_rps"], 4), _flags(t["flags"] + ([t["absent"]] if t["absent"] else [])))
+            for t in g["trials"]]
+    prow = [(label(p["point"]), num(p["n"]), num(p["goodput_rps_mean"], 4), pct(p["attainment_mean"]), _flags(p["flags"]))
+            for p in g["points"]]
+    slo = ", ".join(f"{k} <= {v:g} ms" for k, v in g["slos_ms"].items())
+    return ([f"SLOs: {slo}. {METHODS['goodput']}."],
+            [table("Goodput per point (mean over repeats)", ["point", "repeats", "goodput req/s", "attainment", "flags"],
+                   prow, "lrrrl"),
+             table("Goodput per trial", ["trial", "position", "requests", "meeting SLOs", "undetermined", "attainment",
+                                         "goodput req/s", "flags"], rows, "lrrrrrrl")])
+
+
+def _trials_table(res: dict) -> dict:
+    rows = []
+    for t in res["trials"]:
+        lat = t["latency"] or {}
+        rows.append((t["id"], num(t["repeat"]), label(t["point"]), num(t["position"]), t["status"], num(t["requests"]),
+                     num(t["completed"]), num(t["failed"]), num(t["duration_s"], 3), num(t["output_throughput"]),
+                     num((lat.get("ttft") or {}).get("mean"), 2), num((lat.get("tpot") or {}).get("mean"), 2),
+                     pct(t["client_cpu_util"], d=0) if t["client_cpu_util"] is not None else "n/a",
+                     _flags(t["flags"])))
+    return table("Every trial, in execution order", ["trial", "repeat", "point", "position", "status", "requests",
+                                                     "completed", "failed", "duration s", "tok/s", "mean TTFT ms",
+                                                     "mean TPOT ms", "client CPU", "flags"], rows, "lrlrlrrrrrrrrl",
+                 "client CPU: the load generator's CPU time / trial wall time (meta.json); near 100% the client, "
+                 "not the server, may limit throughput.")
+
+
+def profile_results(run_dir: Path) -> list[tuple[str, Any]]:
+    """(relative path, parsed JSON) of profiling analysis results under profile/ (the hook)."""
+    pdir = Path(run_dir) / "profile"
+    if not pdir.is_dir():
+        return []
+    out = []
+    for p in sorted(pdir.rglob("*.json")):
+        if p.is_file() and PROFILE_RESULT.match(p.name):
+            try:
+                out.append((p.relative_to(run_dir).as_posix(), json.loads(p.read_text(encoding="utf-8"))))
+            except (OSError, ValueError):
+                out.append((p.relative_to(run_dir).as_posix(), {"unreadable": "not valid JSON"}))
+    return out
+
+
+def _generic_tables(name: str, obj: Any, depth: int = 0) -> list[dict]:
+    """Render any JSON result: scalars as a key/value table, lists of objects as tables (first 40 rows)."""
+    out: list[dict] = []
+    if isinstance(obj, dict):
+        scal = [(k, text(v)) for k, v in sorted(obj.items()) if not isinstance(v, (dict, list))]
+        if scal:
+            out.append(table(name, ["key", "value"], scal, "ll"))
+        if depth < 2:
+            for k in sorted(obj):
+                if isinstance(obj[k], (dict, list)):
+                    out.extend(_generic_tables(f"{name} / {k}", obj[k], depth + 1))
+    elif isinstance(obj, list) and obj:
+        if all(isinstance(x, dict) for x in obj):
+            keys = sorted({k for x in obj for k, v in x.items() if not isinstance(v, (dict, list))})
+            if keys:
+                rows = [[text(x.get(k)) for k in keys] for x in obj[:40]]
+                out.append(table(name + (f" (first 40 of {len(obj)})" if len(obj) > 40 else ""), keys, rows,
+                                 "l" * len(keys)))
+        else:
+            out.append(table(name, ["value"], [[text(x)] for x in obj[:40]], "l"))
+    return out
+
+
+def _dates(data: RunData) -> str:
+    t0s = [t.meta.get("t0_unix") for t in data.trials if t.meta and isinstance(t.meta.get("t0_unix"), (int, float))]
+    ends = [t.meta.get("ended_unix") for t in data.trials if t.meta and isinstance(t.meta.get("ended_unix"), (int, float))]
+    parts = []
+    created = utc((data.run_info or {}).get("created_unix"))
+    if created:
+        parts.append(f"run created {created}")
+    if t0s:
+        parts.append(f"first trial started {utc(min(t0s))}")
+    if ends:
+        parts.append(f"last trial ended {utc(max(ends))}")
+    return "; ".join(parts) if parts else "no dates recorded in the raw data"
+
+
+# ------------------------------------------------------------------- context ----
+
+
+def build_context(run_dir: Path, data: RunData, res: dict, figs: dict[str, bytes], figures_rel: str = "../figures") -> dict:
+    spec = data.spec
+    sections = []
+    sections.append(section("summary", "Summary", bullets=_summary(res)))
+    sections.append(section("setup", "Setup", paragraphs=[spec.description.strip()] if spec.description.strip() else [],
+                            tables=_setup_tables(data, res)))
+    c = res["completeness"]
+    comp_rows = [("trials planned", num(c["trials_planned"])), ("trials recorded", num(c["trials_present"])),
+                 ("missing", ", ".join(c["missing"]) or "none"),
+                 ("with failed requests", ", ".join(c["with_failures"]) or "none"),
+                 ("with no completed request", ", ".join(c["zero_completed"]) or "none"),
+                 ("not in the plan (ignored)", ", ".join(c["unexpected_trials"]) or "none"),
+                 ("plan.json matches the spec", "yes" if c["plan_matches_spec"] else "NO"),
+                 ("run status (run.json)", c["run_status"] or "unknown")]
+    sections.append(section("completeness", "Completeness", tables=[table("Trials", ["item", "value"], comp_rows, "ll")],
+                            paragraphs=c["load_problems"]))
+    sections.append(section("throughput", "Throughput per point", tables=[_points_table(res), _prompt_table(res)],
+                            figures=["throughput_vs_concurrency"]))
+    sections.append(section("paired", "Paired comparisons", tables=_comparison_tables(res),
+                            paragraphs=[METHODS["verdict"] + "."] if res["comparisons"] else
+                            ["The spec names no comparison (analysis.comparisons); see the ordering below."]))
+    sections.append(section("latency", "Latency", tables=_side_by_side_tables(res) + [_latency_point_table(res)],
+                            figures=["latency_ecdf"]))
+    sections.append(section("dominance", "Dominance and ordering", tables=_dominance_tables(res),
+                            figures=["latency_vs_throughput"]))
+    sections.append(section("telemetry", "Engine telemetry", tables=[_telemetry_table(res)], figures=["telemetry"]))
+    gp, gt = _goodput_tables(res)
+    sections.append(section("goodput", "SLO goodput", paragraphs=gp, tables=gt))
+    sections.append(section("trials", "Trials", tables=[_trials_table(res)]))
+    sections.extend(_profile_sections(run_dir))
+    sections.extend(_anchor_sections(run_dir))
+    sections.append(section("caveats", "Caveats", bullets=res["caveats"] or ["None found in the data."]))
+    methods = [(k, v if isinstance(v, str) else json.dumps(v, sort_keys=True)) for k, v in sorted(METHODS.items())]
+    methods += [(f"metric: {k}", v) for k, v in sorted(METRIC_DOCS.items())]
+    env = render_environment()
+    repro = [("run id", res["run"]["run_id"] or "n/a"), ("spec sha256", res["run"]["spec_sha256"] or "n/a"),
+             ("dates (from raw data)", _dates(data)),
+             ("analysis files", ", ".join(res["files"])),
+             ("figure render environment", ", ".join(f"{k} {env[k]}" for k in sorted(env))),
+             ("CSV decimals", ", ".join(f"{k} {v}" for k, v in sorted(CSV_DECIMALS.items())))]
+    sections.append(section("methods", "Methods and reproducibility",
+                            tables=[table("Methods", ["item", "definition"], methods, "ll"),
+                                    table("Reproducibility", ["item", "value"], repro, "ll")],
+                            paragraphs=["Every table and figure is regenerated from the raw run directory by "
+                                        "`evidence report RUN` (analysis/, figures/, report/); the same raw files and "
+                                        "render environment give the same bytes."]))
+    figures = {}
+    for name in FIGURE_NAMES:
+        figures[name] = {"name": name, "title": FIGURE_TITLES[name],
+                         "md_path": f"{figures_rel}/{name}.png",
+                         "png_b64": base64.b64encode(figs[f"{name}.png"]).decode("ascii")}
+    return {
+        "title": spec.title, "name": spec.name, "run_id": res["run"]["run_id"] or "(unknown run id)",
+        "status": c["run_status"] or "unknown", "dates": _dates(data),
+        "sections": sections, "figures": figures,
+        "caution": bool(c["missing"] or c["with_failures"] or c["zero_completed"] or c["run_status"] != "complete"),
+    }
+
+
+def _f(x: Any, d: int = 2, scale: float = 1.0, suffix: str = "") -> str:
+    return "n/a" if x is None else f"{x * scale:,.{d}f}{suffix}"
+
+
+def _profile_sections(run_dir: Path) -> list[dict]:
+    """The article's trace analyses per profiled point (evidence.profile_run), diagnostic only."""
+    from evidence.traces.profile import analyze_profile, profile_rows
+
+    prof = analyze_profile(run_dir)
+    if prof is None:
+        return []
+    rows = profile_rows(prof)
+    tabs = []
+    summ = [[r["point"], r["file"], r.get("kernels"), _f(r.get("kernel_active_fraction"), 2, 100, "%"),
+             r.get("output_tokens_in_window"), r.get("steps"), r.get("steps_with_prefill"),
+             r.get("prefill_steps_at_budget"), r.get("budget"), _f(r.get("decode_population_mean"), 1),
+             r.get("forwards"), r.get("forwards_rejected")] for r in rows["summary"] if not r.get("absent")]
+    tabs.append(table("Per profiled point: kernel-active fraction (union over streams), scheduler steps, forwards",
+                      ["point", "trace", "kernels", "kernel-active", "output tokens in window", "steps",
+                       "steps with prefill", "prefill steps at budget", "budget", "mean decode population",
+                       "forwards", "rejected segments"], summ, "llrrrrrrrrrr"))
+    sus = [[r["point"], _f(r.get("sustained_mixed_sequences"), 2), _f(r.get("sustained_mixed_kernel_us"), 2),
+            r.get("sustained_mixed_forwards"), _f(r.get("sustained_decode_sequences"), 2),
+            _f(r.get("sustained_decode_kernel_us"), 2), r.get("sustained_decode_forwards")]
+           for r in rows["summary"] if not r.get("absent")]
+    tabs.append(table("Sustained regime (plateau of consecutive forwards): sequence population and mean attention "
+                      "kernel duration", ["point", "mixed: sequences", "mixed: kernel µs", "mixed: forwards",
+                                          "decode: sequences", "decode: kernel µs", "decode: forwards"], sus))
+    fam = [[r["point"], r["family"], r["count"], _f(r["total_ms"], 3), _f(r["share"], 2, 100, "%"),
+            _f(r.get("per_token_us"), 3)] for r in rows["families"]]
+    tabs.append(table("Kernel families per output token (tokens counted inside the trace window via the clock bridge)",
+                      ["point", "family", "kernels", "total ms", "share", "µs per output token"], fam, "llrrrr"))
+    geo = [[r["point"], r["rule"], r["grid"], r["replay"], r["count"], _f(r["total_ms"], 3),
+            _f(r.get("per_token_us"), 3), r.get("meaning") or ""] for r in rows["geometry"]]
+    if geo:
+        tabs.append(table("Launch geometry of attention kernels (graph-replayed and eager apart)",
+                          ["point", "rule", "grid", "replay", "launches", "total ms", "µs per output token",
+                           "what the grid means"], geo, "lllrrrrl"))
+    absent = [f"C{r['point']} {r['file']}: {r['absent']}" for r in rows["summary"] if r.get("absent")]
+    absent += [f"C{r['point']} {r['file']}: {r['absent_reasons']}" for r in rows["summary"]
+               if not r.get("absent") and r.get("absent_reasons")]
+    return [section("profile", "Profiling (diagnostic)", paragraphs=[
+        "Diagnostic only: a separate, shorter workload on a server started for profiling, never mixed with the "
+        "measured trials above; profilers perturb execution, so these numbers localize where GPU time goes and do "
+        "not reconstruct the throughput tables. Kernel families follow the ordered rules "
+        + "; ".join(f"{r['name']}: /{r['pattern']}/" for r in prof["rules"]) + "."] + absent, tables=tabs)]
+
+
+def _anchor_sections(run_dir: Path) -> list[dict]:
+    from evidence.analysis.anchor import anchor_comparison
+
+    anc = anchor_comparison(run_dir)
+    if anc is None:
+        return []
+    rows = []
+    for t in anc["trials"]:
+        if t.get("absent"):
+            rows.append([t["trial"], t.get("point"), "n/a", "n/a", "n/a", t["absent"]])
+            continue
+        m = t["metrics"]
+        rows.append([t["trial"], t["point"]] + [
+            f"{_f(m[k]['ours'], 2)} / {_f(m[k]['anchor'], 2)} ({_f(m[k]['ratio'], 3)})"
+            for k in ("output throughput (tok/s)", "mean TTFT (ms)", "mean TPOT (ms)")] + [""])
+    return [section("anchor", "Our client against vLLM's own client", paragraphs=[anc["method"]], tables=[
+        table("Per trial: ours / anchor (ratio)", ["trial", "point", "output tok/s", "mean TTFT ms", "mean TPOT ms", "note"],
+              rows, "lrrrrl")])]
+
+
+def _env(templates: Path):
+    import jinja2
+
+    env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(templates)), undefined=jinja2.StrictUndefined,
+                             autoescape=jinja2.select_autoescape(enabled_extensions=("html.j2", "html"),
+                                                                 default_for_string=False, default=False),
+                             keep_trailing_newline=True, trim_blocks=True, lstrip_blocks=True)
+    env.filters["mdcell"] = lambda s: str(s).replace("\\", "\\\\").replace("|", "\\|").replace("\n", " ")
+    env.filters["slug"] = lambda s: re.sub(r"[^a-z0-9]+", "-", str(s).lower()).strip("-")
+    return env
+
+
+def render_report(run_dir: Path, out_dir: Path | None = None, *, data: RunData | None = None,
+                  analysis: dict | None = None, figures: dict[str, bytes] | None = None,
+                  templates_dir: Path | None = None, figures_rel: str = "../figures") -> list[Path]:
+    """Write report.md and a self-contained report.html to out_dir (default run_dir/report); return them.
+
+    The markdown links figures at ../figures/ (where `evidence report` writes them, in a run as in a
+    release); the HTML embeds them.
+    """
+    run_dir = Path(run_dir)
+    data = data if data is not None else load_run(run_dir)
+    res = analysis if analysis is not None else compute_analysis(data)
+    figs = figures if figures is not None else figure_bytes(data, res)
+    ctx = build_context(run_dir, data, res, figs, figures_rel=figures_rel)
+    env = _env(find_templates(templates_dir))
+    out = Path(out_dir) if out_dir is not None else run_dir / "report"
+    written = []
+    for tname, fname in (("report.md.j2", "report.md"), ("report.html.j2", "report.html")):
+        body = env.get_template(tname).render(**ctx)
+        write_atomic(out / fname, body)
+        written.append(out / fname)
+    return written

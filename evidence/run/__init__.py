@@ -1,0 +1,1 @@
+"""evidence run: the sweep, its run directory, provenance, the separate profiling workload."""

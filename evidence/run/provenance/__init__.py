@@ -1,0 +1,1 @@
+"""Provenance: host, accelerator, packages, engine, model, git, environment; pins requested vs effective."""

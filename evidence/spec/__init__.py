@@ -1,0 +1,1 @@
+"""The experiment spec: YAML with positions (yamlsrc), the pydantic model (model), the trial plan (plan)."""

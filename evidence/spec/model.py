@@ -1,0 +1,557 @@
+"""The experiment spec: nested strict pydantic models mirroring the YAML sections.
+
+The spec is data. Nothing downstream reads YAML; every stage takes a validated
+`Spec`. Models are frozen and forbid unknown keys so that a typo can never
+silently change an experiment.
+"""
+
+from __future__ import annotations
+
+import difflib
+import math
+import re
+from pathlib import Path
+from typing import Annotated, Any, Literal, Union
+
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Discriminator,
+    Field,
+    Tag,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+
+from evidence.spec.yamlsrc import Located, Pos, YamlSourceError, read_yaml
+
+HEX40 = re.compile(r"^[0-9a-f]{40}$")
+NAME = re.compile(r"^[a-z0-9][a-z0-9._-]{0,63}$")
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+
+
+PosInt = Annotated[int, Field(gt=0)]
+NonNegInt = Annotated[int, Field(ge=0)]
+
+
+class Hardware(_Model):
+    """What the experiment must run on; checked against what is found."""
+
+    accelerator: str | None = Field(None, description="expected accelerator model, e.g. 'NVIDIA A100-SXM4-80GB'; null for CPU-only")
+    count: NonNegInt = Field(0, description="expected number of accelerators (0 for a CPU run)")
+    notes: str = ""
+
+    @model_validator(mode="after")
+    def _consistent(self) -> "Hardware":
+        if self.accelerator and self.count == 0:
+            raise ValueError("@count: an accelerator is named but count is 0; give the number of accelerators")
+        if not self.accelerator and self.count > 0:
+            raise ValueError("@accelerator: count > 0 needs 'accelerator' (the expected model name)")
+        return self
+
+
+class EngineArgs(_Model):
+    """Server arguments. Known ones are typed; anything else goes to `extra` verbatim."""
+
+    dtype: Literal["auto", "bfloat16", "float16", "float32", "half", "float"] = "auto"
+    max_model_len: PosInt | None = None
+    gpu_memory_utilization: Annotated[float, Field(gt=0, le=1)] | None = None
+    enable_prefix_caching: bool | None = None
+    enable_chunked_prefill: bool | None = None
+    max_num_batched_tokens: PosInt | None = None
+    max_num_seqs: PosInt | None = None
+    long_prefill_token_threshold: NonNegInt | None = None
+    tensor_parallel_size: PosInt = 1
+    pipeline_parallel_size: PosInt = 1
+    data_parallel_size: PosInt = 1
+    enforce_eager: bool = False
+    block_size: PosInt | None = None
+    seed: int | None = None
+    extra: list[str] = Field(default_factory=list, description="further CLI arguments passed to the server as given")
+
+
+class Launch(_Model):
+    """How to start the engine: the python of its own venv, or an explicit command."""
+
+    python: str | None = Field(None, description="python of the engine's venv (the harness runs vLLM's CLI with it)")
+    command: list[str] | None = Field(None, description="explicit argv prefix replacing '<python> -m vllm ... serve'")
+    cwd: str | None = None
+
+    @model_validator(mode="after")
+    def _one(self) -> "Launch":
+        if self.python and self.command:
+            raise ValueError("@command: give either 'python' or 'command', not both")
+        return self
+
+
+class Engine(_Model):
+    kind: Literal["vllm", "endpoint"]
+    version: str | None = Field(None, description="expected engine version, e.g. '0.27.1'")
+    args: EngineArgs = Field(default_factory=EngineArgs)
+    env: dict[str, str] = Field(default_factory=dict)
+    launch: Launch = Field(default_factory=Launch)
+    host: str = "127.0.0.1"
+    port: Annotated[int, Field(ge=0, le=65535)] = 0  # 0: pick a free port
+    base_url: str | None = Field(None, description="endpoint kind: URL of a server someone else started")
+    readiness_timeout_s: Annotated[float, Field(gt=0)] = 900.0
+    restart: Literal["never", "per_trial"] = "never"
+
+    @model_validator(mode="after")
+    def _kind(self) -> "Engine":
+        if self.kind == "endpoint" and not self.base_url:
+            raise ValueError("@base_url: engine kind 'endpoint' needs 'base_url'")
+        if self.kind == "vllm" and self.base_url:
+            raise ValueError("@base_url: only for kind 'endpoint'; the vllm adapter starts its own server")
+        if self.base_url and not re.match(r"^https?://", self.base_url):
+            raise ValueError("@base_url: must start with http:// or https://")
+        return self
+
+
+class Model(_Model):
+    id: str = Field(description="model id as published, e.g. 'Qwen/Qwen2.5-3B-Instruct'")
+    path: str | None = Field(None, description="local folder to serve instead of downloading")
+    revision: str | None = Field(None, description="the model repository commit (40 hex digits)")
+    tokenizer: str | None = None
+    load_format: Literal["auto", "dummy", "safetensors", "pt"] = "auto"
+    served_name: str | None = None
+    dummy_weights_note: str | None = None
+
+    @field_validator("revision")
+    @classmethod
+    def _rev(cls, v: str | None) -> str | None:
+        if v is not None and not HEX40.match(v):
+            raise ValueError("a model revision is a full commit hash: 40 lowercase hex digits")
+        return v
+
+
+class Code(_Model):
+    commit: str | None = Field(None, description="the commit of this repository the experiment must run at")
+    allow_dirty: bool = False
+
+    @field_validator("commit")
+    @classmethod
+    def _commit(cls, v: str | None) -> str | None:
+        if v is not None and not HEX40.match(v):
+            raise ValueError("a commit is 40 lowercase hex digits (abbreviated hashes are ambiguous)")
+        return v
+
+
+def _check_request_rate(v: Any) -> Any:
+    # One clear message instead of one per union branch.
+    if v == "inf" or (isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0 and math.isfinite(v)):
+        return float(v) if isinstance(v, int) else v
+    raise ValueError("request_rate is 'inf' (every request due at once: a saturation sweep) or a number of "
+                     "requests per second greater than 0")
+
+
+class Workload(_Model):
+    dataset: Literal["random"] = "random"
+    input_len: PosInt
+    output_len: PosInt
+    range_ratio: Annotated[float, Field(ge=0, lt=1)] = 0.0
+    seed: int
+    request_rate: Annotated[Union[Literal["inf"], Annotated[float, Field(gt=0)]], BeforeValidator(_check_request_rate)] = "inf"
+    burstiness: Annotated[float, Field(gt=0)] = 1.0
+    ignore_eos: bool = True
+    prompt_form: Literal["token_ids", "text"] = "token_ids"
+    endpoint: Literal["/v1/completions"] = "/v1/completions"
+    # null: send no temperature, so the server's generation config decides (what `vllm bench serve`
+    # does, hence the seed article); a number pins it (0 = greedy, the default here).
+    temperature: Annotated[float, Field(ge=0)] | None = 0.0
+
+    @model_validator(mode="after")
+    def _rate(self) -> "Workload":
+        if self.request_rate == "inf" and self.burstiness != 1.0:
+            raise ValueError("@burstiness: only applies to a finite request_rate")
+        return self
+
+
+class PromptsMultiple(_Model):
+    per_concurrency: PosInt = Field(description="prompts per point = this x the concurrency")
+
+
+def _prompts_kind(v: Any) -> str:
+    """A table {point: prompts} has integer keys (digit strings in JSON); anything else is the multiple form.
+
+    Choosing the branch first gives the errors of that branch only."""
+    if isinstance(v, dict) and v and all(isinstance(k, int) or (isinstance(k, str) and k.isdigit()) for k in v):
+        return "Table"
+    if isinstance(v, (dict, PromptsMultiple)):
+        return "Multiple"
+    return "Table"
+
+
+PromptCount = Annotated[Union[Annotated[dict[PosInt, PosInt], Tag("Table")], Annotated[PromptsMultiple, Tag("Multiple")]],
+                        Discriminator(_prompts_kind)]
+
+
+def _prompts_for(prompts: PromptCount, point: int) -> int | None:
+    if isinstance(prompts, PromptsMultiple):
+        return prompts.per_concurrency * point
+    return prompts.get(point)
+
+
+class Warmup(_Model):
+    requests: NonNegInt = 0
+    concurrency: PosInt | None = None
+    when: Literal["once", "each_trial"] = "once"
+
+
+class Sweep(_Model):
+    points: list[PosInt] = Field(description="max_concurrency values, ascending")
+    prompts: PromptCount
+    repeats: PosInt = 1
+    order: Literal["balanced", "fixed", "shuffled"] = "balanced"
+    order_seed: int | None = None
+    warmup: Warmup = Field(default_factory=Warmup)
+    cooldown_s: Annotated[float, Field(ge=0)] = 0.0
+
+    @model_validator(mode="after")
+    def _points(self) -> "Sweep":
+        if not self.points:
+            raise ValueError("@points: needs at least one concurrency value")
+        if len(set(self.points)) != len(self.points):
+            dup = sorted({p for p in self.points if self.points.count(p) > 1})
+            raise ValueError(f"@points: must be unique; repeated: {dup}")
+        if self.points != sorted(self.points):
+            raise ValueError(f"@points: must be in ascending order, e.g. {sorted(self.points)}")
+        missing = [p for p in self.points if _prompts_for(self.prompts, p) is None]
+        if missing:
+            raise ValueError(f"@prompts: no prompt count for point(s) {missing}")
+        if isinstance(self.prompts, dict):
+            extra = sorted(set(self.prompts) - set(self.points))
+            if extra:
+                raise ValueError(f"@prompts: names point(s) {extra} that are not in 'points'")
+        if self.order == "shuffled" and self.order_seed is None:
+            raise ValueError("@order_seed: order 'shuffled' needs 'order_seed' so the plan is reproducible")
+        if self.order != "shuffled" and self.order_seed is not None:
+            raise ValueError("@order_seed: only used with order 'shuffled'")
+        return self
+
+    def prompts_at(self, point: int) -> int:
+        n = _prompts_for(self.prompts, point)
+        assert n is not None
+        return n
+
+
+class FamilyRule(_Model):
+    """An ordered kernel-classification rule (first match wins), see evidence.profile_analysis."""
+
+    name: str
+    pattern: str
+    family: str | None = Field(None, description="bucket the rule reports into (default: its name)")
+    geometry: Literal["opaque", "fa2_splitkv", "persistent"] = Field(
+        "opaque", description="what the launch grid means: fa2_splitkv (gridX encodes the query chunk), "
+                              "persistent (grid = SM count, no meaning), opaque (listed, not interpreted)")
+    layer_marker: bool = Field(False, description="runs once per transformer layer per forward (forward reconstruction)")
+
+    @field_validator("pattern")
+    @classmethod
+    def _regex(cls, v: str) -> str:
+        try:
+            re.compile(v)
+        except re.error as exc:
+            raise ValueError(f"not a valid regular expression: {exc}") from None
+        return v
+
+
+class ProfileWindow(_Model):
+    delay_steps: NonNegInt = 0
+    max_steps: PosInt | None = None
+
+
+class Profile(_Model):
+    enabled: bool = False
+    tool: Literal["torch", "nsys"] = "torch"
+    points: list[PosInt] = Field(default_factory=list)
+    prompts: PromptCount | None = None
+    window: ProfileWindow = Field(default_factory=ProfileWindow)
+    kernel_families: list[FamilyRule] = Field(default_factory=list)
+    layers: PosInt | None = Field(None, description="transformer layers, for forward reconstruction")
+    heads: PosInt | None = Field(None, description="attention heads (to read FA2 grids); inferred when absent")
+    nsys_args: list[str] = Field(default_factory=list)
+
+
+class Comparison(_Model):
+    a: PosInt
+    b: PosInt
+
+    @model_validator(mode="after")
+    def _distinct(self) -> "Comparison":
+        if self.a == self.b:
+            raise ValueError("@b: a comparison needs two different points")
+        return self
+
+
+METRICS = ("ttft", "tpot", "itl", "e2el")
+
+
+class Analysis(_Model):
+    comparisons: list[Comparison] = Field(default_factory=list)
+    latency_metrics: list[Literal["ttft", "tpot", "itl", "e2el"]] = Field(default_factory=lambda: ["ttft", "tpot"])
+    percentiles: list[Annotated[float, Field(gt=0, le=100)]] = Field(default_factory=lambda: [50.0, 99.0])
+    cv: Literal["sample", "population"] = "sample"
+    slos_ms: dict[Literal["ttft", "tpot", "itl", "e2el"], Annotated[float, Field(gt=0)]] = Field(default_factory=dict)
+
+    @field_validator("percentiles")
+    @classmethod
+    def _pcts(cls, v: list[float]) -> list[float]:
+        if len(set(v)) != len(v):
+            raise ValueError("percentiles must be unique")
+        return sorted(v)
+
+
+class Spec(_Model):
+    name: str = Field(description="short id: lowercase letters, digits, '.', '_', '-'")
+    title: str
+    description: str = ""
+    hardware: Hardware = Field(default_factory=Hardware)
+    engine: Engine
+    model: Model
+    code: Code = Field(default_factory=Code)
+    workload: Workload
+    sweep: Sweep
+    profile: Profile = Field(default_factory=Profile)
+    analysis: Analysis = Field(default_factory=Analysis)
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, v: str) -> str:
+        if not NAME.match(v):
+            raise ValueError("name must be 1-64 chars of lowercase letters, digits, '.', '_' or '-', starting with a letter or digit")
+        return v
+
+    @model_validator(mode="after")
+    def _cross(self) -> "Spec":
+        pts = set(self.sweep.points)
+        problems = []
+        for i, c in enumerate(self.analysis.comparisons):
+            bad = [p for p in (c.a, c.b) if p not in pts]
+            if bad:
+                problems.append(f"@analysis.comparisons.{i}: names point(s) {bad} that are not sweep points {self.sweep.points}")
+        if self.profile.enabled:
+            if not self.profile.points:
+                problems.append("@profile.points: profile.enabled is true but no points are given")
+            bad = [p for p in self.profile.points if p not in pts]
+            if bad:
+                problems.append(f"@profile.points: {bad} are not sweep points {self.sweep.points}")
+            if self.profile.prompts is None:
+                problems.append("@profile.prompts: required when profiling is enabled (a shorter diagnostic workload)")
+            else:
+                miss = [p for p in self.profile.points if _prompts_for(self.profile.prompts, p) is None]
+                if miss:
+                    problems.append(f"@profile.prompts: no count for profile point(s) {miss}")
+        if self.engine.kind == "vllm" and self.engine.args.max_model_len is not None:
+            need = self.workload.input_len + self.workload.output_len
+            if need > self.engine.args.max_model_len:
+                problems.append(f"@engine.args.max_model_len: is {self.engine.args.max_model_len} but the workload needs {need} tokens (input_len + output_len)")
+        if self.sweep.warmup.concurrency and self.sweep.warmup.requests == 0:
+            problems.append("@sweep.warmup.requests: is 0 but sweep.warmup.concurrency is set")
+        if problems:
+            raise ValueError("\n".join(problems))
+        return self
+
+    # Derived views used by plan and reports.
+    @property
+    def trial_count(self) -> int:
+        return len(self.sweep.points) * self.sweep.repeats
+
+    @property
+    def total_prompts(self) -> int:
+        return sum(self.sweep.prompts_at(p) for p in self.sweep.points) * self.sweep.repeats
+
+    def profile_prompts_at(self, point: int) -> int:
+        assert self.profile.prompts is not None
+        n = _prompts_for(self.profile.prompts, point)
+        assert n is not None
+        return n
+
+
+# ---------------------------------------------------------------- loading ----
+
+
+class SpecError(Exception):
+    """All problems found in a spec file, each located; rendered without a traceback."""
+
+    def __init__(self, file: str, problems: list[tuple[Pos | None, str, str]]):
+        self.file = file
+        self.problems = problems  # (position, dotted field path, message)
+        super().__init__(self.render())
+
+    def render(self) -> str:
+        lines = [f"{self.file}: {len(self.problems)} problem(s) in the spec:"]
+        for pos, field, msg in self.problems:
+            where = f"{self.file}:{pos.line}:{pos.column}" if pos else self.file
+            lines.append(f"  {where}: {field or '<top>'}: {msg}")
+        return "\n".join(lines)
+
+    def as_json(self) -> list[dict[str, Any]]:
+        return [
+            {"file": self.file, "line": p.line if p else None, "column": p.column if p else None, "field": f, "message": m}
+            for p, f, m in self.problems
+        ]
+
+
+def _dotted(loc: tuple[Any, ...]) -> str:
+    out = ""
+    for part in loc:
+        if isinstance(part, int) and not isinstance(part, bool):
+            out += f"[{part}]"
+        else:
+            out += ("." if out else "") + str(part)
+    return out
+
+
+def _models_in(ann: Any) -> list[type[BaseModel]]:
+    """The model classes inside an annotation, through Optional, Union and Annotated."""
+    import typing
+
+    if isinstance(ann, type) and issubclass(ann, BaseModel):
+        return [ann]
+    out: list[type[BaseModel]] = []
+    for a in typing.get_args(ann):
+        out.extend(_models_in(a))
+    return out
+
+
+def _model_at(loc: tuple[Any, ...]) -> type[BaseModel] | None:
+    """Walk the model classes along a loc to find the model that owns the last key."""
+    cls: Any = Spec
+    for part in loc[:-1]:
+        if not (isinstance(cls, type) and issubclass(cls, BaseModel)):
+            return None
+        f = cls.model_fields.get(part) if isinstance(part, str) else None
+        if f is None:
+            return None
+        cands = _models_in(f.annotation)
+        if not cands:
+            return None
+        cls = cands[0]
+    return cls if isinstance(cls, type) and issubclass(cls, BaseModel) else None
+
+
+def _clean_loc(loc: tuple[Any, ...], data: Any) -> tuple[Any, ...]:
+    """Keep the parts of a pydantic loc that are data keys; drop union-branch tags.
+
+    A key that is absent from the data (a missing field, say) is kept if it looks
+    like a field name; after it there is no data to follow.
+    """
+    out: list[Any] = []
+    node = data
+    for part in loc:
+        if isinstance(node, dict) and part in node:
+            node = node[part]
+            out.append(part)
+        elif isinstance(node, list) and isinstance(part, int) and 0 <= part < len(node):
+            node = node[part]
+            out.append(part)
+        elif isinstance(part, str) and re.fullmatch(r"[a-z_][a-z0-9_]*", part) and part not in ("dict", "list", "str", "int", "float", "bool"):
+            out.append(part)
+            node = None
+        # anything else (e.g. 'PromptsMultiple', 'dict[int,int]', "literal['inf']") is a union tag
+    return tuple(out)
+
+
+def _message(err: dict[str, Any], loc: tuple[Any, ...]) -> str:
+    t = err["type"]
+    if t == "extra_forbidden":
+        model = _model_at(loc)
+        known = sorted(model.model_fields) if model else []
+        guess = difflib.get_close_matches(str(loc[-1]), known, n=1, cutoff=0.6)
+        hint = f"; did you mean '{guess[0]}'?" if guess else (f"; known keys here: {', '.join(known)}" if known else "")
+        return f"unknown key '{loc[-1]}'{hint}"
+    if t == "missing":
+        return "required field is missing"
+    msg = err["msg"]
+    if msg.startswith("Value error, "):
+        msg = msg[len("Value error, "):]
+    inp = err.get("input")
+    if t not in ("missing",) and not isinstance(inp, (dict, list)) and "input" in err:
+        return f"{msg} (got {inp!r})"
+    return msg
+
+
+def _split_located(err: dict[str, Any], base: tuple[Any, ...]) -> list[tuple[tuple[Any, ...], str]]:
+    """Model validators tag each problem '@rel.path: text' (one per line) to name its field."""
+    msg = err["msg"]
+    if err["type"] != "value_error" or "@" not in msg:
+        return [(base, _message(err, base))]
+    body = msg[len("Value error, "):] if msg.startswith("Value error, ") else msg
+    out = []
+    for line in body.split("\n"):
+        m = re.match(r"^@([\w.]+): (.*)$", line, re.S)
+        if not m:
+            out.append((base, line))
+            continue
+        rel = tuple(int(p) if p.isdigit() else p for p in m.group(1).split("."))
+        # Spec-level rules give absolute paths; section-level ones are relative.
+        loc = rel if not base else base + rel
+        out.append((loc, m.group(2)))
+    return out
+
+
+def spec_from_located(src: Located, file: str) -> Spec:
+    if not isinstance(src.data, dict):
+        kind = type(src.data).__name__ if src.data is not None else "nothing"
+        raise SpecError(file, [(src.where(()), "", f"a spec is a YAML mapping of sections, but the file holds a {kind}")])
+    problems: list[tuple[Pos | None, str, str]] = [(pos, _dotted(path), msg) for pos, path, msg in src.problems]
+    try:
+        spec = Spec.model_validate(src.data)
+    except ValidationError as exc:
+        seen = set()
+        for err in exc.errors():
+            base = _clean_loc(tuple(err["loc"]), src.data)
+            for loc, msg in _split_located(err, base):
+                key = (loc, msg)
+                if key in seen:
+                    continue
+                seen.add(key)
+                problems.append((src.where(loc), _dotted(loc), msg))
+    if problems:
+        problems.sort(key=lambda p: ((p[0].line, p[0].column) if p[0] else (0, 0), p[1]))
+        raise SpecError(file, problems) from None
+    return spec
+
+
+def load_spec(path: str | Path) -> Spec:
+    """Read and validate a spec; raises SpecError with every located problem."""
+    p = Path(path)
+    if not p.exists():
+        raise SpecError(str(path), [(None, "", "no such file")])
+    if p.is_dir():
+        raise SpecError(str(path), [(None, "", "this is a folder; give a spec file (YAML)")])
+    try:
+        src = read_yaml(p)
+    except UnicodeDecodeError:
+        raise SpecError(str(path), [(None, "", "the file is not UTF-8 text")]) from None
+    except YamlSourceError as exc:
+        raise SpecError(str(path), [(pos, "", msg) for pos, msg in exc.problems]) from None
+    return spec_from_located(src, str(path))
+
+
+def spec_sha256(path: str | Path) -> str:
+    from evidence.canon import sha256_file
+
+    return sha256_file(Path(path))
+
+
+def is_inf(rate: Any) -> bool:
+    return rate == "inf" or (isinstance(rate, float) and math.isinf(rate))
+
+
+def spec_to_json(spec: Spec) -> str:
+    """The validated spec with defaults filled (what runs store as spec.resolved.json)."""
+    from evidence.canon import dumps
+    import json as _json
+
+    return dumps(_json.loads(spec.model_dump_json()))
+
+
+def spec_from_json(text: str) -> Spec:
+    """Inverse of spec_to_json (JSON mode lets string keys stand for int keys)."""
+    return Spec.model_validate_json(text)

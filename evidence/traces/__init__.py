@@ -1,0 +1,1 @@
+"""GPU kernel traces (nsys SQLite, Kineto JSON): readers and the trace analyses."""

@@ -1,0 +1,1 @@
+"""The trace analyses, each a function of a kernel table (and steps)."""

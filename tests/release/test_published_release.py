@@ -12,7 +12,7 @@ import pytest
 
 from evidence.release.core import verify
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 RELEASES = sorted(p for p in (ROOT / "releases").iterdir() if p.is_dir()) if (ROOT / "releases").is_dir() else []
 
 

@@ -583,7 +583,7 @@ def test_parallel_hashing_matches_hashlib(tmp_path):
 
 def _cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
     code = "import sys; from evidence.cli import main; sys.argv[0] = 'evidence'; main()"
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
     return subprocess.run([sys.executable, "-c", code, *args], cwd=cwd, capture_output=True, text=True, env=env)
 
 

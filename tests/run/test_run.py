@@ -21,7 +21,7 @@ from evidence.canon import read_json
 from evidence.records import read_records
 from evidence.run.runner import RunError, run_experiment
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def write_spec(path: Path, *, base_url: str, served: str, model_dir: Path, points=(1, 4), repeats=2, per=2,

@@ -20,7 +20,7 @@ from trace_fixtures import (
 )
 
 # The shared data folder sits beside the repository: <root>/shared next to <root>/main.
-SHARED = Path(__file__).resolve().parents[2] / "shared"
+SHARED = Path(__file__).resolve().parents[3] / "shared"
 REAL = SHARED / "data" / "h200-vllm0.26-torch-profiler"
 
 STEP_DECODE = (0, 0, 8, 8)

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from evidence.spec.plan import make_plan, point_seed, repeat_orders
 from evidence.spec.model import load_spec
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_article_plan_is_a_latin_square():

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from evidence.spec.model import SpecError, load_spec, spec_from_json, spec_to_json
 from evidence.spec.yamlsrc import parse_yaml
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 ARTICLE = ROOT / "specs" / "article1.yaml"
 
 

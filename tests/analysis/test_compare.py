@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from rundir_fixtures import (DEFAULT_BASE, DEFAULT_REPEAT_FACTOR, build_run, default_engine_resolved,  # noqa: E402
                              default_provenance, demo_spec)

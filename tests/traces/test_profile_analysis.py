@@ -31,7 +31,7 @@ from trace_fixtures import (
 )
 
 # The shared data folder sits beside the repository: <root>/shared next to <root>/main.
-SHARED = Path(__file__).resolve().parents[2] / "shared"
+SHARED = Path(__file__).resolve().parents[3] / "shared"
 REAL = SHARED / "data" / "h200-vllm0.26-torch-profiler"
 T0 = BASE_NS + T0_REL_NS
 DECODE_LAYER = 62_000  # 52 us + 10 us attention

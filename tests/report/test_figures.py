@@ -8,13 +8,13 @@ import subprocess
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from rundir_fixtures import build_run, demo_spec, read_text_tree  # noqa: E402
 
 from evidence.figures import FIGURE_NAMES, render_environment  # noqa: E402
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 RENDER = "import sys; from pathlib import Path; from evidence.figures import render_figures; " \
          "render_figures(Path(sys.argv[1]), Path(sys.argv[2]))"
 

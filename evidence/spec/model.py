@@ -7,7 +7,6 @@ silently change an experiment.
 
 from __future__ import annotations
 
-import difflib
 import math
 import re
 from pathlib import Path
@@ -20,15 +19,28 @@ from pydantic import (
     Discriminator,
     Field,
     Tag,
-    ValidationError,
     field_validator,
     model_validator,
 )
 
-from evidence.spec.yamlsrc import Located, Pos, YamlSourceError, read_yaml
+from evidence.spec.load import SpecError, validate_located
+from evidence.spec.yamlsrc import Located, YamlSourceError, read_yaml
 
 HEX40 = re.compile(r"^[0-9a-f]{40}$")
 NAME = re.compile(r"^[a-z0-9][a-z0-9._-]{0,63}$")
+ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
+# The API key's variable when the spec names none: what each server or client reads by convention.
+DEFAULT_API_KEY_ENV = {"vllm": "VLLM_API_KEY", "endpoint": "OPENAI_API_KEY"}
+# Request fields our client writes itself, and the spec field that sets each.
+CLIENT_FIELDS = {
+    "model": "model.served_name (or model.id)",
+    "prompt": "workload.input_len / workload.prompt_form",
+    "max_tokens": "workload.output_len",
+    "stream": "nothing: the client always streams, to time every token",
+    "stream_options": "nothing: the client asks for usage itself",
+    "ignore_eos": "workload.ignore_eos",
+    "temperature": "workload.temperature",
+}
 
 
 class _Model(BaseModel):
@@ -100,6 +112,21 @@ class Engine(_Model):
     base_url: str | None = Field(None, description="endpoint kind: URL of a server someone else started")
     readiness_timeout_s: Annotated[float, Field(gt=0)] = 900.0
     restart: Literal["never", "per_trial"] = "never"
+    api_key_env: str | None = Field(None, description="name of the environment variable holding the API key (its value "
+                                    "is read at run time and never recorded); default VLLM_API_KEY for kind vllm, "
+                                    "OPENAI_API_KEY for kind endpoint")
+
+    def api_key_env_name(self) -> str:
+        """The variable the API key is read from: the spec's, else the kind's convention."""
+        return self.api_key_env or DEFAULT_API_KEY_ENV[self.kind]
+
+    @field_validator("api_key_env")
+    @classmethod
+    def _key_env(cls, v: str | None) -> str | None:
+        if v is not None and not ENV_NAME.match(v):
+            raise ValueError("the NAME of an environment variable (letters, digits, '_'), e.g. MY_API_KEY; "
+                             "never the key itself, which must not be written into a spec")
+        return v
 
     @model_validator(mode="after")
     def _kind(self) -> "Engine":
@@ -109,6 +136,10 @@ class Engine(_Model):
             raise ValueError("@base_url: only for kind 'endpoint'; the vllm adapter starts its own server")
         if self.base_url and not re.match(r"^https?://", self.base_url):
             raise ValueError("@base_url: must start with http:// or https://")
+        key = self.api_key_env_name()
+        if key in self.env:
+            raise ValueError(f"@env.{key}: the API key's value must come from the environment at run time, not from "
+                             "the spec (a spec is published); export it in the shell instead")
         return self
 
 
@@ -130,10 +161,12 @@ class Model(_Model):
 
 
 class Code(_Model):
-    commit: str | None = Field(None, description="the commit of this repository the experiment must run at")
+    commit: str | None = Field(None, description="the commit of this repository the experiment must run at (a pin)")
     allow_dirty: bool = False
+    article_commit: str | None = Field(None, description="the commit an earlier, published experiment ran at (provenance "
+                                       "of what the article ran; recorded, never a pin)")
 
-    @field_validator("commit")
+    @field_validator("commit", "article_commit")
     @classmethod
     def _commit(cls, v: str | None) -> str | None:
         if v is not None and not HEX40.match(v):
@@ -147,6 +180,35 @@ def _check_request_rate(v: Any) -> Any:
         return float(v) if isinstance(v, int) else v
     raise ValueError("request_rate is 'inf' (every request due at once: a saturation sweep) or a number of "
                      "requests per second greater than 0")
+
+
+def _json_problem(v: Any, where: str) -> str | None:
+    if v is None or isinstance(v, (str, bool, int)):
+        return None
+    if isinstance(v, float):
+        return None if math.isfinite(v) else f"{where}: {v} is not a JSON number"
+    if isinstance(v, list):
+        return next((p for i, x in enumerate(v) if (p := _json_problem(x, f"{where}[{i}]"))), None)
+    if isinstance(v, dict):
+        for k, x in v.items():
+            if not isinstance(k, str):
+                return f"{where}: key {k!r} is not a string"
+            if p := _json_problem(x, f"{where}.{k}"):
+                return p
+        return None
+    return f"{where}: {v!r} is not a JSON value (YAML read a {type(v).__name__}; quote it to send a string)"
+
+
+def _check_extra_body(v: Any) -> Any:
+    if not isinstance(v, dict):
+        raise ValueError("extra_body is a mapping of request fields to JSON values")
+    taken = [k for k in v if k in CLIENT_FIELDS]
+    if taken:
+        raise ValueError("; ".join(f"'{k}' is set by the client; use {CLIENT_FIELDS[k]}" for k in taken))
+    problem = _json_problem(v, "extra_body")
+    if problem:
+        raise ValueError(problem)
+    return v
 
 
 class Workload(_Model):
@@ -163,6 +225,11 @@ class Workload(_Model):
     # null: send no temperature, so the server's generation config decides (what `vllm bench serve`
     # does, hence the seed article); a number pins it (0 = greedy, the default here).
     temperature: Annotated[float, Field(ge=0)] | None = 0.0
+    extra_body: Annotated[dict[str, Any], BeforeValidator(_check_extra_body)] = Field(
+        default_factory=dict, description="further request fields merged into every completion request as given "
+                                          "(JSON values), e.g. {repetition_penalty: 1.0} to match another client")
+    request_timeout_s: Annotated[float, Field(gt=0, le=86400, allow_inf_nan=False)] = Field(
+        600.0, description="seconds one request may take before it is recorded as failed")
 
     @model_validator(mode="after")
     def _rate(self) -> "Workload":
@@ -210,6 +277,8 @@ class Sweep(_Model):
     order_seed: int | None = None
     warmup: Warmup = Field(default_factory=Warmup)
     cooldown_s: Annotated[float, Field(ge=0)] = 0.0
+    sessions: Annotated[int, Field(ge=1, le=64)] = Field(
+        1, description="engine (re)starts: the repeats are split into this many balanced blocks, one server each")
 
     @model_validator(mode="after")
     def _points(self) -> "Sweep":
@@ -231,6 +300,8 @@ class Sweep(_Model):
             raise ValueError("@order_seed: order 'shuffled' needs 'order_seed' so the plan is reproducible")
         if self.order != "shuffled" and self.order_seed is not None:
             raise ValueError("@order_seed: only used with order 'shuffled'")
+        if self.sessions > self.repeats:
+            raise ValueError(f"@sessions: {self.sessions} sessions need at least as many repeats (repeats is {self.repeats})")
         return self
 
     def prompts_at(self, point: int) -> int:
@@ -375,147 +446,8 @@ class Spec(_Model):
 # ---------------------------------------------------------------- loading ----
 
 
-class SpecError(Exception):
-    """All problems found in a spec file, each located; rendered without a traceback."""
-
-    def __init__(self, file: str, problems: list[tuple[Pos | None, str, str]]):
-        self.file = file
-        self.problems = problems  # (position, dotted field path, message)
-        super().__init__(self.render())
-
-    def render(self) -> str:
-        lines = [f"{self.file}: {len(self.problems)} problem(s) in the spec:"]
-        for pos, field, msg in self.problems:
-            where = f"{self.file}:{pos.line}:{pos.column}" if pos else self.file
-            lines.append(f"  {where}: {field or '<top>'}: {msg}")
-        return "\n".join(lines)
-
-    def as_json(self) -> list[dict[str, Any]]:
-        return [
-            {"file": self.file, "line": p.line if p else None, "column": p.column if p else None, "field": f, "message": m}
-            for p, f, m in self.problems
-        ]
-
-
-def _dotted(loc: tuple[Any, ...]) -> str:
-    out = ""
-    for part in loc:
-        if isinstance(part, int) and not isinstance(part, bool):
-            out += f"[{part}]"
-        else:
-            out += ("." if out else "") + str(part)
-    return out
-
-
-def _models_in(ann: Any) -> list[type[BaseModel]]:
-    """The model classes inside an annotation, through Optional, Union and Annotated."""
-    import typing
-
-    if isinstance(ann, type) and issubclass(ann, BaseModel):
-        return [ann]
-    out: list[type[BaseModel]] = []
-    for a in typing.get_args(ann):
-        out.extend(_models_in(a))
-    return out
-
-
-def _model_at(loc: tuple[Any, ...]) -> type[BaseModel] | None:
-    """Walk the model classes along a loc to find the model that owns the last key."""
-    cls: Any = Spec
-    for part in loc[:-1]:
-        if not (isinstance(cls, type) and issubclass(cls, BaseModel)):
-            return None
-        f = cls.model_fields.get(part) if isinstance(part, str) else None
-        if f is None:
-            return None
-        cands = _models_in(f.annotation)
-        if not cands:
-            return None
-        cls = cands[0]
-    return cls if isinstance(cls, type) and issubclass(cls, BaseModel) else None
-
-
-def _clean_loc(loc: tuple[Any, ...], data: Any) -> tuple[Any, ...]:
-    """Keep the parts of a pydantic loc that are data keys; drop union-branch tags.
-
-    A key that is absent from the data (a missing field, say) is kept if it looks
-    like a field name; after it there is no data to follow.
-    """
-    out: list[Any] = []
-    node = data
-    for part in loc:
-        if isinstance(node, dict) and part in node:
-            node = node[part]
-            out.append(part)
-        elif isinstance(node, list) and isinstance(part, int) and 0 <= part < len(node):
-            node = node[part]
-            out.append(part)
-        elif isinstance(part, str) and re.fullmatch(r"[a-z_][a-z0-9_]*", part) and part not in ("dict", "list", "str", "int", "float", "bool"):
-            out.append(part)
-            node = None
-        # anything else (e.g. 'PromptsMultiple', 'dict[int,int]', "literal['inf']") is a union tag
-    return tuple(out)
-
-
-def _message(err: dict[str, Any], loc: tuple[Any, ...]) -> str:
-    t = err["type"]
-    if t == "extra_forbidden":
-        model = _model_at(loc)
-        known = sorted(model.model_fields) if model else []
-        guess = difflib.get_close_matches(str(loc[-1]), known, n=1, cutoff=0.6)
-        hint = f"; did you mean '{guess[0]}'?" if guess else (f"; known keys here: {', '.join(known)}" if known else "")
-        return f"unknown key '{loc[-1]}'{hint}"
-    if t == "missing":
-        return "required field is missing"
-    msg = err["msg"]
-    if msg.startswith("Value error, "):
-        msg = msg[len("Value error, "):]
-    inp = err.get("input")
-    if t not in ("missing",) and not isinstance(inp, (dict, list)) and "input" in err:
-        return f"{msg} (got {inp!r})"
-    return msg
-
-
-def _split_located(err: dict[str, Any], base: tuple[Any, ...]) -> list[tuple[tuple[Any, ...], str]]:
-    """Model validators tag each problem '@rel.path: text' (one per line) to name its field."""
-    msg = err["msg"]
-    if err["type"] != "value_error" or "@" not in msg:
-        return [(base, _message(err, base))]
-    body = msg[len("Value error, "):] if msg.startswith("Value error, ") else msg
-    out = []
-    for line in body.split("\n"):
-        m = re.match(r"^@([\w.]+): (.*)$", line, re.S)
-        if not m:
-            out.append((base, line))
-            continue
-        rel = tuple(int(p) if p.isdigit() else p for p in m.group(1).split("."))
-        # Spec-level rules give absolute paths; section-level ones are relative.
-        loc = rel if not base else base + rel
-        out.append((loc, m.group(2)))
-    return out
-
-
 def spec_from_located(src: Located, file: str) -> Spec:
-    if not isinstance(src.data, dict):
-        kind = type(src.data).__name__ if src.data is not None else "nothing"
-        raise SpecError(file, [(src.where(()), "", f"a spec is a YAML mapping of sections, but the file holds a {kind}")])
-    problems: list[tuple[Pos | None, str, str]] = [(pos, _dotted(path), msg) for pos, path, msg in src.problems]
-    try:
-        spec = Spec.model_validate(src.data)
-    except ValidationError as exc:
-        seen = set()
-        for err in exc.errors():
-            base = _clean_loc(tuple(err["loc"]), src.data)
-            for loc, msg in _split_located(err, base):
-                key = (loc, msg)
-                if key in seen:
-                    continue
-                seen.add(key)
-                problems.append((src.where(loc), _dotted(loc), msg))
-    if problems:
-        problems.sort(key=lambda p: ((p[0].line, p[0].column) if p[0] else (0, 0), p[1]))
-        raise SpecError(file, problems) from None
-    return spec
+    return validate_located(Spec, src, file, no_echo=frozenset({"api_key_env", "env"}))
 
 
 def load_spec(path: str | Path) -> Spec:

@@ -1,0 +1,144 @@
+"""Known answers for the paired procedure: hand-computed or from scipy, and the published H200 run."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from evidence.analysis.stats import holm, holm_adjust, paired, repeats_for_halfwidth, repeats_needed
+
+ROOT = Path(__file__).resolve().parents[2]
+H200 = ROOT / "releases/article1-h200-v1.0/data/raw/h200-a100sched/trials"
+
+
+def _from_logs(d, b=1000.0):
+    return [b * math.exp(x) for x in d], [b] * len(d)
+
+
+def test_h200_a100_settings_c128_vs_c256_is_not_significant():
+    # The issue's numbers: p = 0.105, 95% interval [-5.9%, +34.2%]; the old rule called it a knee.
+    tp = {}
+    for p in (128, 256):
+        tp[p] = [json.loads((H200 / f"r{r}-c{p}/summary.json").read_text())["output_throughput"] for r in (1, 2, 3)]
+    r = paired(tp[128], tp[256], a=128, b=256, metric="output_throughput")
+    assert r.verdict == "not significant"
+    assert r.p_value == pytest.approx(0.105, abs=5e-4)
+    assert r.ci95[0] == pytest.approx(-0.059, abs=5e-4) and r.ci95[1] == pytest.approx(0.342, abs=5e-4)
+    assert r.effect == pytest.approx(0.126, abs=5e-4)  # the mean relative paired difference (+12.6%)
+    assert r.wins_a == 3 and r.wins_b == 0
+    assert r.sign_p == 0.25 and r.perm_p == 0.25
+    assert r.sign_note.startswith("n < 6: no distribution-free claim is possible at 95%")
+    assert r.mde > r.effect  # the effect is below what three repeats at this noise can see
+
+
+def test_t_interval_and_p_by_hand():
+    # d = ln(a/b) = 0.1, 0.2, 0.3: mean 0.2, sd 0.1, t = 0.2 / (0.1/sqrt 3) = 2 sqrt 3, df 2.
+    # For df 2 the t CDF is 1/2 + t / (2 sqrt(2 + t^2)), so p = 1 - t/sqrt(2 + t^2) = 1 - sqrt(12/14),
+    # and the 0.975 quantile is 0.95 * sqrt(2 / (4 * 0.975 * 0.025)) = 4.30265.
+    a, b = _from_logs([0.1, 0.2, 0.3])
+    r = paired(a, b, a="x", b="y", metric="m")
+    assert r.p_value == pytest.approx(1 - math.sqrt(12 / 14), rel=1e-9)
+    tq = 0.95 * math.sqrt(2 / (4 * 0.975 * 0.025))
+    half = tq * 0.1 / math.sqrt(3)
+    assert r.ci95 == pytest.approx((math.exp(0.2 - half) - 1, math.exp(0.2 + half) - 1), rel=1e-9)
+    assert r.mde == pytest.approx(math.exp(half) - 1, rel=1e-9)
+    assert r.effect == pytest.approx(np.mean([math.exp(x) - 1 for x in (0.1, 0.2, 0.3)]), rel=1e-12)
+    assert r.ratio_effect == pytest.approx(math.exp(0.2) - 1, rel=1e-12)
+    assert r.verdict == "not significant" and r.better is None
+
+
+def test_clear_effect_is_a_finding_and_six_wins_allow_a_distribution_free_claim():
+    a, b = _from_logs([0.30, 0.35, 0.28, 0.33, 0.31, 0.29])
+    r = paired(a, b, a="c4", b="c16", metric="m")
+    assert r.verdict == "finding" and r.better == "c4"
+    assert r.ci95[0] > 0
+    assert r.sign_p == pytest.approx(2 / 2 ** 6) and r.sign_note is None
+    assert r.perm_p == pytest.approx(2 / 2 ** 6)
+
+
+def test_five_wins_give_sign_p_0_0625():
+    a, b = _from_logs([0.1, 0.2, 0.15, 0.12, 0.3])
+    r = paired(a, b, a=1, b=2, metric="m")
+    assert r.sign_p == pytest.approx(0.0625) and r.sign_note is not None
+
+
+def test_permutation_p_is_the_exact_sign_flip_enumeration():
+    d = np.array([0.1, 0.2, -0.05, 0.3, 0.02])
+    obs = abs(d.mean())
+    flips = [abs((d * np.array(s)).mean()) for s in itertools.product((1, -1), repeat=len(d))]
+    expect = sum(f >= obs - 1e-12 for f in flips) / len(flips)
+    a, b = _from_logs(list(d))
+    assert paired(a, b, a=1, b=2, metric="m").perm_p == pytest.approx(expect)
+
+
+def test_lower_is_better_counts_wins_the_other_way():
+    a, b = _from_logs([-0.3, -0.31, -0.29, -0.33])  # a is lower
+    r = paired(a, b, a="a", b="b", metric="ttft", higher_is_better=False)
+    assert r.wins_a == 4 and r.wins_b == 0 and r.verdict == "finding" and r.better == "a"
+    assert r.effect < 0
+
+
+def test_fewer_than_two_pairs_is_no_claim():
+    r1 = paired([2.0], [1.0], a=1, b=2, metric="m")
+    assert r1.verdict == "no claim" and r1.ci95 is None and r1.p_value is None and r1.effect == pytest.approx(1.0)
+    r0 = paired([], [], a=1, b=2, metric="m")
+    assert r0.verdict == "no claim" and r0.effect is None
+    json.dumps(r0.as_dict())
+
+
+def test_bad_input_is_refused_with_a_reason():
+    with pytest.raises(ValueError, match="positive"):
+        paired([1.0, 0.0], [1.0, 1.0], a=1, b=2, metric="m")
+    with pytest.raises(ValueError, match="one value of each"):
+        paired([1.0, 2.0], [1.0], a=1, b=2, metric="m")
+
+
+def test_holm_adjusted_p_matches_statsmodels():
+    # statsmodels.stats.multitest.multipletests([0.01, 0.04, 0.03, 0.005], method="holm")[1]
+    # = [0.03, 0.06, 0.06, 0.02]; by hand: sorted 0.005*4, 0.01*3, 0.03*2, max(0.04*1, 0.06).
+    assert holm_adjust([0.01, 0.04, 0.03, 0.005]) == pytest.approx([0.03, 0.06, 0.06, 0.02])
+    assert holm_adjust([0.5, 0.9]) == pytest.approx([1.0, 1.0])
+
+
+def test_holm_verdicts_and_intervals_agree():
+    rs = [paired(*_from_logs(d), a=i, b=i + 1, metric="m") for i, d in enumerate(
+        [[0.30, 0.35, 0.28, 0.33, 0.31, 0.29],  # very clear
+         [0.05, 0.02, 0.04, 0.01, 0.06, 0.03],  # clear-ish
+         [0.05, -0.02, 0.04, 0.01, -0.03, 0.02]])]  # null
+    adj = holm(rs)
+    for r in adj:
+        assert (r.verdict == "finding") == (r.ci95[0] > 0 or r.ci95[1] < 0)
+        assert r.p_adjusted >= r.p_value
+    assert [r.verdict for r in adj] == ["finding", "finding", "not significant"]
+    assert adj[0].ci_level == pytest.approx(1 - 0.05 / 3)
+    # One comparison alone: unchanged.
+    assert holm(rs[:1])[0] == rs[0]
+    # A no-claim comparison stays out of the family.
+    alone = holm([rs[0], paired([1.0], [2.0], a=9, b=8, metric="m")])
+    assert alone[0].p_adjusted == rs[0].p_value and alone[1].verdict == "no claim"
+
+
+def test_repeats_for_the_notes_example():
+    # statistics.md: paired sd ~8 points, a +-5-point interval needs about 13 repeats.
+    assert repeats_for_halfwidth(0.08, 0.05) == 13
+
+
+def test_repeats_needed_reaches_the_power_by_simulation():
+    n = repeats_needed(0.08, 0.05)
+    assert 20 <= n <= 26  # statistics.md: about 23 for 80% power at a 5-point difference
+    rng = np.random.default_rng(1)
+    from scipy import stats
+
+    def sim_power(k):
+        d = rng.normal(math.log(1.05), 0.08, size=(20000, k))
+        return np.mean(stats.ttest_1samp(d, 0.0, axis=1).pvalue < 0.05)
+
+    assert sim_power(n) >= 0.8 - 0.01
+    assert sim_power(n - 2) < 0.8
+    with pytest.raises(ValueError):
+        repeats_needed(0.08, 0.0)

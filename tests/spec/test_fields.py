@@ -36,7 +36,7 @@ def article_with(old: str, new: str) -> str:
 def test_defaults():
     s = load_spec(ARTICLE)
     assert s.engine.api_key_env is None and s.engine.api_key_env_name() == "VLLM_API_KEY"
-    assert s.workload.extra_body == {} and s.workload.request_timeout_s == 600.0
+    assert load_spec(DEMO).workload.extra_body == {} and s.workload.request_timeout_s == 600.0
     assert s.sweep.sessions == 1
 
 
@@ -61,7 +61,7 @@ def test_api_key_itself_is_refused_and_never_echoed(tmp_path):
 
 def test_extra_body_json_values(tmp_path):
     body = '{repetition_penalty: 1.0, stop: ["</s>"], logit_bias: {"50256": -100}, seed: null}'
-    s = load_spec(write(tmp_path, article_with("  temperature: null", f"  temperature: null\n  extra_body: {body}")))
+    s = load_spec(write(tmp_path, article_with("  extra_body: {repetition_penalty: 1.0}", f"  extra_body: {body}")))
     assert s.workload.extra_body == {"repetition_penalty": 1.0, "stop": ["</s>"], "logit_bias": {"50256": -100}, "seed": None}
     assert spec_from_json(spec_to_json(s)) == s
 
@@ -71,7 +71,7 @@ def test_extra_body_json_values(tmp_path):
                                       ("stream_options", "usage"), ("ignore_eos", "workload.ignore_eos"),
                                       ("temperature", "workload.temperature")])
 def test_extra_body_refuses_fields_the_client_sets(tmp_path, key, hint):
-    ps = problems(tmp_path, article_with("  temperature: null", f"  temperature: null\n  extra_body: {{{key}: 1}}"))
+    ps = problems(tmp_path, article_with("  extra_body: {repetition_penalty: 1.0}", f"  extra_body: {{{key}: 1}}"))
     assert len(ps) == 1 and ps[0][1] == "workload.extra_body" and f"'{key}' is set by the client" in ps[0][2]
     assert hint in ps[0][2]
 
@@ -79,7 +79,7 @@ def test_extra_body_refuses_fields_the_client_sets(tmp_path, key, hint):
 @pytest.mark.parametrize("value,fragment", [(".inf", "not a JSON number"), ("[1, .nan]", "extra_body.x[1]"),
                                             ("2024-01-01", "quote it"), ("{1: 2}", "not a string")])
 def test_extra_body_refuses_non_json(tmp_path, value, fragment):
-    ps = problems(tmp_path, article_with("  temperature: null", f"  temperature: null\n  extra_body: {{x: {value}}}"))
+    ps = problems(tmp_path, article_with("  extra_body: {repetition_penalty: 1.0}", f"  extra_body: {{x: {value}}}"))
     assert [f for _, f, _ in ps] == ["workload.extra_body"] and fragment in ps[0][2], ps
 
 
@@ -99,7 +99,7 @@ def test_sessions_bounds(tmp_path, value, fragment):
 
 
 def test_article_commit_is_forty_hex(tmp_path):
-    ps = problems(tmp_path, article_with("code:\n", "code:\n  article_commit: 1d72105\n"))
+    ps = problems(tmp_path, article_with("article_commit: 1d721051945defd8898916a986fc696286e7946d", "article_commit: 1d72105"))
     assert [f for _, f, _ in ps] == ["code.article_commit"] and "40 lowercase hex" in ps[0][2]
 
 
@@ -110,8 +110,11 @@ def test_resolved_json_without_the_new_fields_still_loads(path):
     d = json.loads(spec_to_json(s))
     for section, key in [("engine", "api_key_env"), ("workload", "extra_body"), ("workload", "request_timeout_s"),
                          ("sweep", "sessions"), ("code", "article_commit")]:
-        del d[section][key]
-    assert spec_from_json(json.dumps(d)) == s
+        d[section].pop(key)
+    old = spec_from_json(json.dumps(d))
+    assert old.sweep.sessions == 1 and old.workload.extra_body == {} and old.code.article_commit is None
+    assert old.engine.api_key_env is None and old.workload.request_timeout_s == 600.0
+    assert old.model_copy(update={"workload": s.workload, "code": s.code}) == s
 
 
 def test_committed_release_spec_loads():

@@ -51,7 +51,11 @@ def test_article_values():
     assert (a.dtype, a.max_model_len, a.gpu_memory_utilization) == ("bfloat16", 8192, 0.5)
     assert a.enable_prefix_caching is False and a.enable_chunked_prefill is True
     assert s.model.revision == "aa8e72537993ba99e69dfaafa59ed015b17504d1"
-    assert s.code.commit == "1d721051945defd8898916a986fc696286e7946d"
+    # The article's experiment commit is provenance, not a pin this repository could never satisfy.
+    assert s.code.commit is None and s.code.article_commit == "1d721051945defd8898916a986fc696286e7946d"
+    assert s.code.allow_dirty is False
+    # vllm bench serve sends repetition_penalty 1.0 in every request; the article's client did.
+    assert s.workload.extra_body == {"repetition_penalty": 1.0} and s.workload.temperature is None
     assert (s.workload.input_len, s.workload.output_len, s.workload.request_rate) == (512, 128, "inf")
     assert s.sweep.points == [64, 128, 256]
     assert [s.sweep.prompts_at(p) for p in s.sweep.points] == [512, 1024, 2048]
@@ -104,7 +108,8 @@ def test_all_errors_at_once(tmp_path):
         ("points: [64, 128, 256]", "points: [64, 64, 256]", "sweep.points", "unique"),
         ("points: [64, 128, 256]", "points: [0, 128, 256]", "sweep.points[0]", "greater than 0"),
         ("prompts: {64: 512, 128: 1024, 256: 2048}", "prompts: {64: 512, 128: 1024}", "sweep.prompts", "no prompt count for point(s) [256]"),
-        ("commit: 1d721051945defd8898916a986fc696286e7946d", "commit: 1d72105", "code.commit", "40 lowercase hex"),
+        ("article_commit: 1d721051945defd8898916a986fc696286e7946d", "article_commit: 1d72105", "code.article_commit", "40 lowercase hex"),
+        ("  allow_dirty: false", "  allow_dirty: false\n  commit: 1d72105", "code.commit", "40 lowercase hex"),
         ("revision: aa8e72537993ba99e69dfaafa59ed015b17504d1", "revision: main", "model.revision", "40 lowercase hex"),
         ("    - {a: 128, b: 256}", "    - {a: 128, b: 512}", "analysis.comparisons[0]", "not sweep points"),
         ("  points: [64, 128, 256]\n  prompts: {64: 256", "  points: [64, 32]\n  prompts: {64: 256", "profile.points", "not sweep points"),

@@ -11,6 +11,9 @@ runs/<run-id>/
   warmup/requests.jsonl    warm-up requests, kept apart from every result
   trials/<r1-c128>/        requests.jsonl, telemetry.jsonl, meta.json, summary.json
   profile/                 diagnostic traces and their metadata (never mixed with trials)
+  aborted/<id>/            trials cut off (interrupt, dead engine) with the requests they completed; never analysed
+  interleaved/<id>/        another client run right after trial <id> (--interleave): command.json, output.log
+  looks.jsonl              --until-decided: every look of the sequential procedure and its decision
   events.jsonl             what happened when (append-only)
   analysis/ figures/ report/   derived outputs (pure functions of the above)
 
@@ -29,8 +32,46 @@ from typing import Any
 
 from evidence.records import dumps_line
 
-RAW_FILES = ("run.json", "spec.yaml", "spec.resolved.json", "plan.json")
-DERIVED_DIRS = ("analysis", "figures", "report")
+# Every name inside a run directory, spelled once. Other modules use these (or RunDir's
+# properties) and never the literals, so the layout can be read and changed here alone.
+RUN_JSON = "run.json"
+SPEC_YAML = "spec.yaml"
+SPEC_RESOLVED = "spec.resolved.json"
+PLAN_JSON = "plan.json"
+PROVENANCE_JSON = "provenance.json"  # provenance-2.json ... after engine restarts
+PROVENANCE_GLOB = "provenance*.json"
+EVENTS = "events.jsonl"
+LOOKS = "looks.jsonl"  # --until-decided: every look of the sequential procedure
+ENGINE = "engine"
+SERVER_LOG = "server.log"  # server-2.log ... after restarts
+SERVER_LOG_GLOB = "server*.log"
+RESOLVED_JSON = "resolved.json"
+TRIALS = "trials"
+ABORTED = "aborted"
+WARMUP = "warmup"
+PROFILE = "profile"
+PROFILE_STAGING = ".profile-staging"
+INTERLEAVED = "interleaved"
+INTERLEAVED_COMMAND = "command.json"  # interleaved/<trial>/: the command, its exit code and time
+INTERLEAVED_LOG = "output.log"
+ANALYSIS = "analysis"
+FIGURES = "figures"
+REPORT = "report"
+TMP_PREFIX = ".tmp-"
+# the files of one trial (trials/<id>/, aborted/<id>/) and of a profiled point (profile/c<point>/)
+REQUESTS = "requests.jsonl"
+TELEMETRY = "telemetry.jsonl"
+META = "meta.json"
+SUMMARY = "summary.json"  # written last: its presence marks a complete trial
+PROFILE_JSON = "profile.json"
+
+RAW_FILES = (RUN_JSON, SPEC_YAML, SPEC_RESOLVED, PLAN_JSON)
+DERIVED_DIRS = (ANALYSIS, FIGURES, REPORT)
+
+
+def is_run_dir(path: Path) -> bool:
+    """A folder `evidence run` created and finished creating (its run.json is written last)."""
+    return (Path(path) / RUN_JSON).is_file()
 
 
 @dataclass(frozen=True)
@@ -44,57 +85,92 @@ class RunDir:
     # --- fixed names -------------------------------------------------------
     @property
     def run_json(self) -> Path:
-        return self.path / "run.json"
+        return self.path / RUN_JSON
 
     @property
     def spec_yaml(self) -> Path:
-        return self.path / "spec.yaml"
+        return self.path / SPEC_YAML
 
     @property
     def spec_resolved(self) -> Path:
-        return self.path / "spec.resolved.json"
+        return self.path / SPEC_RESOLVED
 
     @property
     def plan_json(self) -> Path:
-        return self.path / "plan.json"
+        return self.path / PLAN_JSON
 
     @property
     def events(self) -> Path:
-        return self.path / "events.jsonl"
+        return self.path / EVENTS
 
     @property
     def engine_dir(self) -> Path:
-        return self.path / "engine"
+        return self.path / ENGINE
 
     @property
     def trials_dir(self) -> Path:
-        return self.path / "trials"
+        return self.path / TRIALS
 
     @property
     def warmup_dir(self) -> Path:
-        return self.path / "warmup"
+        return self.path / WARMUP
 
     @property
     def profile_dir(self) -> Path:
-        return self.path / "profile"
+        return self.path / PROFILE
 
     @property
     def analysis_dir(self) -> Path:
-        return self.path / "analysis"
+        return self.path / ANALYSIS
 
     @property
     def figures_dir(self) -> Path:
-        return self.path / "figures"
+        return self.path / FIGURES
 
     @property
     def report_dir(self) -> Path:
-        return self.path / "report"
+        return self.path / REPORT
+
+    @property
+    def aborted_dir(self) -> Path:
+        return self.path / ABORTED
+
+    @property
+    def interleaved_dir(self) -> Path:
+        return self.path / INTERLEAVED
+
+    @property
+    def provenance(self) -> Path:
+        """The first provenance file (a restart's is numbered: rd.numbered(rd.provenance))."""
+        return self.path / PROVENANCE_JSON
+
+    @property
+    def looks(self) -> Path:
+        return self.path / LOOKS
+
+    @property
+    def engine_log(self) -> Path:
+        return self.engine_dir / SERVER_LOG
+
+    @property
+    def engine_resolved(self) -> Path:
+        return self.engine_dir / RESOLVED_JSON
+
+    @property
+    def profile_staging(self) -> Path:
+        return self.path / PROFILE_STAGING
+
+    def engine_logs(self) -> list[Path]:
+        return sorted(self.engine_dir.glob(SERVER_LOG_GLOB)) if self.engine_dir.is_dir() else []
+
+    def provenance_files(self) -> list[Path]:
+        return sorted(self.path.glob(PROVENANCE_GLOB))
 
     def trial_dir(self, trial_id: str) -> Path:
         return self.trials_dir / trial_id
 
     def trial_tmp(self, trial_id: str) -> Path:
-        return self.trials_dir / f".tmp-{trial_id}"
+        return self.trials_dir / f"{TMP_PREFIX}{trial_id}"
 
     def numbered(self, base: Path) -> Path:
         """base, or base-2, base-3... : the first name not yet taken (never overwrite)."""
@@ -112,7 +188,7 @@ class RunDir:
         if not self.trials_dir.exists():
             return []
         return sorted(p.name for p in self.trials_dir.iterdir()
-                      if p.is_dir() and not p.name.startswith(".") and (p / "summary.json").exists())
+                      if p.is_dir() and not p.name.startswith(".") and (p / SUMMARY).exists())
 
     def event(self, kind: str, **data: Any) -> None:
         """Append one event; O_APPEND writes of one line are not interleaved."""
@@ -153,9 +229,9 @@ class RunDir:
         moved = []
         if self.trials_dir.exists():
             for p in sorted(self.trials_dir.iterdir()):
-                if p.is_dir() and p.name.startswith(".tmp-"):
-                    tid = p.name[len(".tmp-"):]
-                    dest = self.numbered(self.path / "aborted" / tid)
+                if p.is_dir() and p.name.startswith(TMP_PREFIX):
+                    tid = p.name[len(TMP_PREFIX):]
+                    dest = self.numbered(self.aborted_dir / tid)
                     dest.parent.mkdir(parents=True, exist_ok=True)
                     os.replace(p, dest)
                     moved.append((tid, str(dest.relative_to(self.path))))

@@ -29,7 +29,9 @@ from typing import Any
 from evidence.canon import sha256_file, write_json
 from evidence.records import write_records
 from evidence.resources import VLLM_LAUNCHER
-from evidence.rundir import RunDir
+from evidence.run.session import RunError, make_prompts, start_engine
+from evidence.run.session import served_name as _served  # the name the load-generator call lines use
+from evidence.rundir import META, PROFILE_JSON, REQUESTS, RunDir
 from evidence.spec.model import Launch, Spec
 
 TRACE_SUFFIXES = (".json", ".json.gz", ".sqlite", ".nsys-rep", ".qdrep")
@@ -102,8 +104,6 @@ def profile_spec(spec: Spec, trace_dir: Path) -> tuple[Spec, list[str]]:
                                 "pip-installable); install it, or use profile.tool: torch")
     launch = spec.engine.launch
     python = launch.python or "python3"
-    from evidence.engines.vllm import adapter as engine_mod
-
     base = list(launch.command) if launch.command else [python, str(VLLM_LAUNCHER)]
     wrapped = [nsys, "profile", "-o", str(trace_dir.resolve() / "capture"), "--trace=cuda,nvtx,osrt",
                "--capture-range=cudaProfilerApi", "--capture-range-end=repeat",
@@ -114,18 +114,17 @@ def profile_spec(spec: Spec, trace_dir: Path) -> tuple[Spec, list[str]]:
 
 
 def run_profile(spec: Spec, rd: RunDir, *, repo_root: Path, say=lambda *a, **k: None) -> dict:
-    from evidence.engines.vllm import adapter as engine_mod
+    from evidence import engines as engine_mod
     from evidence.loadgen import trial as loadgen
-    from evidence.run.runner import RunError, _prompts_for, _served, _start_engine
 
     pdir = rd.profile_dir
     if pdir.exists():
         # a profile run that did not finish: keep it, start afresh
-        dest = rd.numbered(rd.path / "aborted" / "profile")
+        dest = rd.numbered(rd.aborted_dir / pdir.name)
         dest.parent.mkdir(parents=True, exist_ok=True)
         os.replace(pdir, dest)
         rd.event("partial_profile_set_aside", moved_to=str(dest.relative_to(rd.path)))
-    staging = rd.path / ".profile-staging"
+    staging = rd.profile_staging
     if staging.exists():
         shutil.rmtree(staging)
     trace_dir = staging / "traces"
@@ -138,13 +137,13 @@ def run_profile(spec: Spec, rd: RunDir, *, repo_root: Path, say=lambda *a, **k: 
     rd.event("profile_start", tool=spec.profile.tool, points=list(spec.profile.points), extra_args=extra)
     points_meta = []
     try:
-        _start_engine(engine, rd, pspec, say)
+        start_engine(engine, rd, pspec, say)
         engine_version = engine.version()
         w = spec.workload
         for point in spec.profile.points:
             n = spec.profile_prompts_at(point)
             say(f"profiling C{point}: {n} prompts (diagnostic only, never mixed with measurements)")
-            prompts = _prompts_for(spec, repo_root, engine.base_url, _served(spec), n, spec.workload.seed + point)
+            prompts = make_prompts(spec, repo_root, engine.base_url, _served(spec), n, spec.workload.seed + point)
             # warm the fresh server with the same shape so compilation is outside the window
             loadgen.run_trial(engine.base_url, _served(spec), prompts[: min(len(prompts), point)],
                               max_concurrency=point, request_rate="inf", burstiness=1.0, seed=0,
@@ -171,7 +170,7 @@ def run_profile(spec: Spec, rd: RunDir, *, repo_root: Path, say=lambda *a, **k: 
                 dest = out / f.name
                 os.replace(f, dest)
                 moved.append(dest)
-            write_records(out / "requests.jsonl", res.records)
+            write_records(out / REQUESTS, res.records)
             t0 = res.meta["t0_perf"]
             meta = {
                 "point": point,
@@ -189,7 +188,7 @@ def run_profile(spec: Spec, rd: RunDir, *, repo_root: Path, say=lambda *a, **k: 
                 "trace_files": [{"name": p.name, "sha256": sha256_file(p),
                                  "bytes": p.stat().st_size} for p in moved],
             }
-            write_json(out / "meta.json", meta)
+            write_json(out / META, meta)
             points_meta.append({"point": point, "files": [p.name for p in moved]})
             rd.event("profile_point_done", point=point, files=[p.name for p in moved])
             if not moved:
@@ -205,7 +204,7 @@ def run_profile(spec: Spec, rd: RunDir, *, repo_root: Path, say=lambda *a, **k: 
         "engine_version": engine_version,
         "note": "diagnostic workload on a separately started server; profilers perturb execution, so nothing here is a measurement",
     }
-    write_json(staging / "profile.json", summary)
+    write_json(staging / PROFILE_JSON, summary)
     os.replace(staging, pdir)  # the profile appears whole or not at all
     rd.event("profile_done")
     return summary

@@ -17,21 +17,19 @@ import signal
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from evidence.canon import read_json, sha256_file, write_atomic, write_json
-from evidence.spec.plan import Plan, Trial, make_plan
 from evidence.records import write_records
-from evidence.rundir import RunDir
+from evidence.run.interleave import run_interleaved
+from evidence.run.progress import Progress
+from evidence.run.session import Hooks, RunError, log_tail, make_prompts, start_engine
+from evidence.run.session import served_name as _served  # the name the load-generator call lines use
+from evidence.rundir import META, REQUESTS, PROFILE_JSON, RUN_JSON, SUMMARY, TELEMETRY, RunDir, is_run_dir
 from evidence.spec.model import Spec, load_spec, spec_to_json
+from evidence.spec.plan import Plan, Trial, make_plan
 
-
-class RunError(Exception):
-    """The run cannot start or go on; the message is one paragraph for the user."""
-
-    def __init__(self, message: str, code: int = 2):
-        super().__init__(message)
-        self.code = code
+__all__ = ["RunError", "RunOutcome", "Hooks", "run_experiment", "prepare_run_dir", "find_resumable"]
 
 
 @dataclass
@@ -52,9 +50,6 @@ class RunOutcome:
         return 0
 
 
-Hooks = dict[str, Callable[..., Any]]  # test hooks: "after_trial"(trial_id) may raise to simulate a kill
-
-
 def _utc_stamp() -> str:
     return _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
 
@@ -64,7 +59,7 @@ def find_resumable(runs_dir: Path, spec_sha: str) -> Path | None:
     if not runs_dir.exists():
         return None
     cands = []
-    for rj in runs_dir.glob("*/run.json"):
+    for rj in runs_dir.glob(f"*/{RUN_JSON}"):
         try:
             info = read_json(rj)
         except (OSError, ValueError):
@@ -81,11 +76,11 @@ def prepare_run_dir(spec: Spec, spec_path: Path, runs_dir: Path, *, run_id: str 
     target: Path | None = None
     if resume is not None:
         target = Path(resume)
-        if not (target / "run.json").exists():
+        if not is_run_dir(target):
             raise RunError(f"{target} is not a run directory (no run.json); give a folder under runs/ that `evidence run` created.")
     elif run_id is not None:
         cand = runs_dir / run_id
-        if (cand / "run.json").exists():
+        if is_run_dir(cand):
             target = cand
         elif cand.exists() and any(cand.iterdir()):
             raise RunError(f"{cand} exists and is not a run directory; refusing to write into it. Choose another --run-id.")
@@ -161,7 +156,7 @@ def run_experiment(
     interleave: str | None = None,
     http_stack: str = "auto",
 ) -> RunOutcome:
-    from evidence.engines.vllm import adapter as engine_mod
+    from evidence import engines as engine_mod
     from evidence.run.provenance import collect as prov_mod
 
     hooks = hooks or {}
@@ -195,7 +190,7 @@ def run_experiment(
     prov["pins"] = pins
     bad = [p for p in pins if not p["ok"]]
     prov["drift_allowed"] = bool(bad) and allow_drift
-    prov_path = rd.numbered(rd.path / "provenance.json")
+    prov_path = rd.numbered(rd.provenance)
     write_json(prov_path, prov)
     if bad and not allow_drift:
         rd.event("refused_pins", mismatches=bad)
@@ -250,81 +245,16 @@ def run_experiment(
 
 
 def _profile_done(rd: RunDir) -> bool:
-    return (rd.profile_dir / "profile.json").exists()
+    return (rd.profile_dir / PROFILE_JSON).exists()
 
 
 def _failed_trials(rd: RunDir) -> list[str]:
     out = []
     for tid in rd.completed_trials():
-        s = read_json(rd.trial_dir(tid) / "summary.json")
+        s = read_json(rd.trial_dir(tid) / SUMMARY)
         if s.get("failed", 0) > 0:
             out.append(tid)
     return out
-
-
-def _served(spec: Spec) -> str:
-    """The model name requests carry (what the server was told to serve it as)."""
-    return spec.model.served_name or spec.model.id
-
-
-def _model_source(spec: Spec, repo_root: Path) -> Path | None:
-    if spec.model.path:
-        p = Path(spec.model.path)
-        return p if p.is_absolute() else repo_root / p
-    return None
-
-
-def _prompts_for(spec: Spec, repo_root: Path, base_url: str, model: str, n: int, seed: int):
-    from evidence.loadgen import prompts as pr
-
-    w = spec.workload
-    mdir = _model_source(spec, repo_root)
-    tok_dir = Path(spec.model.tokenizer) if spec.model.tokenizer else mdir
-    if w.prompt_form == "token_ids":
-        if tok_dir is None or not tok_dir.exists():
-            raise RunError("prompt_form 'token_ids' needs the model's vocabulary size, read from a local model folder "
-                           "(model.path or model.tokenizer); none is available. Give a local path or use prompt_form: text.")
-        vocab = pr.vocab_size_from_model_dir(tok_dir)
-        return pr.make_token_prompts(n, w.input_len, w.output_len, seed, vocab, range_ratio=w.range_ratio,
-                                     exclude=pr.special_token_ids_from_model_dir(tok_dir))
-    import asyncio
-
-    import aiohttp
-
-    if tok_dir is None or not tok_dir.exists():
-        raise RunError("prompt_form 'text' draws random token ids before checking them with the server's /tokenize, "
-                       "so it needs the vocabulary size from a local tokenizer folder: set model.tokenizer (or model.path).")
-    vocab = pr.vocab_size_from_model_dir(tok_dir)
-
-    async def _text():
-        async with aiohttp.ClientSession() as s:
-            return await pr.make_text_prompts(s, base_url, model, n, w.input_len, w.output_len, seed, vocab)
-
-    return asyncio.run(_text())
-
-
-def _start_engine(engine, rd: RunDir, spec: Spec, say, hooks: Hooks | None = None) -> None:
-    from evidence.engines.vllm.adapter import EngineError
-
-    rd.engine_dir.mkdir(parents=True, exist_ok=True)
-    log = rd.numbered(rd.engine_dir / "server.log")
-    rd.event("engine_starting", command=engine.command(), log=str(log.relative_to(rd.path)))
-    say(f"starting engine ({spec.engine.kind}); log: {log}")
-    t = time.monotonic()
-    try:
-        engine.start(log)
-        engine.wait_ready(spec.engine.readiness_timeout_s)
-    except EngineError as e:
-        rd.event("engine_failed", error=str(e)[-4000:])
-        engine.stop()
-        raise RunError(f"the engine did not become ready: {e}") from None
-    resolved = engine.resolved()
-    write_json(rd.numbered(rd.engine_dir / "resolved.json"), resolved)
-    if hooks and "engine_ready" in hooks:
-        hooks["engine_ready"](engine)
-    rd.event("engine_ready", seconds=round(time.monotonic() - t, 3), base_url=engine.base_url,
-             version=engine.version())
-    say(f"engine ready after {time.monotonic() - t:.0f} s at {engine.base_url}")
 
 
 def _sweep(spec: Spec, plan: Plan, todo: list[Trial], rd: RunDir, engine, repo_root: Path, *,
@@ -332,38 +262,38 @@ def _sweep(spec: Spec, plan: Plan, todo: list[Trial], rd: RunDir, engine, repo_r
     from evidence.loadgen import trial as loadgen
 
     w, sw = spec.workload, spec.sweep
-    _start_engine(engine, rd, spec, say, hooks)
+    start_engine(engine, rd, spec, say, hooks)
     warmed = False
-    bar = _Progress(len(plan.trials), len(plan.trials) - len(todo), enabled=progress)
+    bar = Progress(len(plan.trials), len(plan.trials) - len(todo), enabled=progress)
     try:
         for k, trial in enumerate(todo):
             if spec.engine.restart == "per_trial" and k > 0:
                 engine.stop()
-                _start_engine(engine, rd, spec, say, hooks)
+                start_engine(engine, rd, spec, say, hooks)
                 warmed = False
             if sw.warmup.requests and (not warmed or sw.warmup.when == "each_trial"):
                 _warmup(spec, rd, engine, repo_root, trial)
                 warmed = True
             if sw.cooldown_s and k > 0:
                 time.sleep(sw.cooldown_s)
-            prompts = _prompts_for(spec, repo_root, engine.base_url, _served(spec), trial.prompts, trial.seed)
+            prompts = make_prompts(spec, repo_root, engine.base_url, _served(spec), trial.prompts, trial.seed)
             tmp = rd.trial_tmp(trial.id)
             if tmp.exists():
                 shutil.rmtree(tmp)  # our own leftover from this very process (cannot hold a complete trial)
             tmp.mkdir(parents=True)
             rd.event("trial_start", trial=trial.id, index=trial.index, prompts=trial.prompts)
             bar.start_trial(trial)
-            res = loadgen.run_trial(
-                engine.base_url, _served(spec), prompts,
+            res = loadgen.run_trial(loadgen.TrialConfig(
+                base_url=engine.base_url, model=_served(spec), prompts=prompts,
                 max_concurrency=trial.point, request_rate=w.request_rate, burstiness=w.burstiness,
                 seed=trial.seed, ignore_eos=w.ignore_eos, temperature=w.temperature, phase="measure",
-                on_request_done=bar.request_done, http=http_stack,
-            )
-            write_records(tmp / "requests.jsonl", res.records)
-            _write_jsonl(tmp / "telemetry.jsonl", res.telemetry)
-            meta = dict(res.meta)
+                http_stack=http_stack,
+            ), on_request_done=bar.request_done)
+            write_records(tmp / REQUESTS, res.records)
+            _write_jsonl(tmp / TELEMETRY, res.telemetry)
+            meta = res.meta.as_dict()
             meta["trial"] = trial.as_dict()
-            write_json(tmp / "meta.json", meta)
+            write_json(tmp / META, meta)
             from evidence.metrics import trial_metrics
 
             summary = trial_metrics(res.records, spec.analysis.percentiles)
@@ -371,51 +301,26 @@ def _sweep(spec: Spec, plan: Plan, todo: list[Trial], rd: RunDir, engine, repo_r
             if not engine.alive():
                 # A trial during which the engine died does not measure the point: keep its records
                 # apart and stop; a resume restarts the engine and runs the trial again.
-                dest = rd.numbered(rd.path / "aborted" / trial.id)
+                dest = rd.numbered(rd.aborted_dir / trial.id)
                 dest.parent.mkdir(parents=True, exist_ok=True)
-                write_json(tmp / "summary.json", summary)
+                write_json(tmp / SUMMARY, summary)
                 os.replace(tmp, dest)
                 rd.event("engine_died", trial=trial.id, records_moved_to=str(dest.relative_to(rd.path)),
-                         log_tail=_log_tail(rd))
+                         log_tail=log_tail(rd))
                 raise RunError(
                     f"the engine died during trial {trial.id}; its records are kept in {dest} and the trial will run "
-                    f"again on resume. Last engine log lines:\n{_log_tail(rd)}", code=1)
-            write_json(tmp / "summary.json", summary)  # written last: its presence marks completeness
+                    f"again on resume. Last engine log lines:\n{log_tail(rd)}", code=1)
+            write_json(tmp / SUMMARY, summary)  # written last: its presence marks completeness
             rd.commit_trial(trial.id)
             rd.event("trial_complete", trial=trial.id, completed=summary["completed"], failed=summary["failed"],
                      output_throughput=summary["output_throughput"])
             bar.end_trial(trial, summary)
             if interleave:
-                _run_interleaved(interleave, spec, rd, engine, trial)
+                run_interleaved(interleave, spec, rd, engine, trial)
             if "after_trial" in hooks:
                 hooks["after_trial"](trial.id)
     finally:
         bar.close()
-
-
-def _run_interleaved(template: str, spec: Spec, rd: RunDir, engine, trial: Trial) -> None:
-    """Run another client (e.g. `vllm bench serve`) against the same server right after a trial.
-
-    Its output goes to interleaved/<trial>/ (never into trials/), so our records stay
-    clean and the two clients can be compared on the same server and workload. The
-    template's {base_url} {model} {point} {prompts} {trial} {out} {input_len} {output_len}
-    {seed} are filled in; the command runs through the shell.
-    """
-    import subprocess
-
-    out = rd.numbered(rd.path / "interleaved" / trial.id).resolve()
-    out.mkdir(parents=True)
-    w = spec.workload
-    cmd = template.format(base_url=engine.base_url, model=_served(spec), point=trial.point, prompts=trial.prompts,
-                          trial=trial.id, out=str(out), input_len=w.input_len, output_len=w.output_len,
-                          seed=w.seed)
-    rd.event("interleaved_start", trial=trial.id, command=cmd)
-    t = time.monotonic()
-    with open(out / "output.log", "wb") as log:
-        rc = subprocess.call(cmd, shell=True, stdout=log, stderr=subprocess.STDOUT, cwd=out)
-    write_json(out / "command.json", {"command": cmd, "exit_code": rc, "seconds": round(time.monotonic() - t, 3),
-                                      "trial": trial.id, "point": trial.point})
-    rd.event("interleaved_done", trial=trial.id, exit_code=rc)
 
 
 def _warmup(spec: Spec, rd: RunDir, engine, repo_root: Path, trial: Trial) -> None:
@@ -424,13 +329,14 @@ def _warmup(spec: Spec, rd: RunDir, engine, repo_root: Path, trial: Trial) -> No
     wu = spec.sweep.warmup
     conc = wu.concurrency or trial.point
     # Warm-up prompts use their own seed so they never coincide with measured prompts.
-    prompts = _prompts_for(spec, repo_root, engine.base_url, _served(spec), wu.requests, spec.workload.seed ^ 0x5EED)
+    prompts = make_prompts(spec, repo_root, engine.base_url, _served(spec), wu.requests, spec.workload.seed ^ 0x5EED)
     rd.event("warmup_start", requests=wu.requests, concurrency=conc, before=trial.id)
-    res = loadgen.run_trial(engine.base_url, _served(spec), prompts, max_concurrency=conc,
-                            request_rate="inf", burstiness=1.0, seed=0, ignore_eos=spec.workload.ignore_eos,
-                            temperature=spec.workload.temperature, phase="warmup", telemetry=False)
+    res = loadgen.run_trial(loadgen.TrialConfig(
+        base_url=engine.base_url, model=_served(spec), prompts=prompts, max_concurrency=conc,
+        request_rate="inf", burstiness=1.0, seed=0, ignore_eos=spec.workload.ignore_eos,
+        temperature=spec.workload.temperature, phase="warmup", telemetry=False))
     rd.warmup_dir.mkdir(parents=True, exist_ok=True)
-    path = rd.numbered(rd.warmup_dir / "requests.jsonl")
+    path = rd.numbered(rd.warmup_dir / REQUESTS)
     tmp = path.with_name("." + path.name + ".tmp")
     write_records(tmp, res.records)
     os.replace(tmp, path)
@@ -442,52 +348,3 @@ def _write_jsonl(path: Path, rows: list[dict]) -> None:
     from evidence.records import dumps_line
 
     write_atomic(path, "".join(dumps_line(r) for r in rows))
-
-
-def _log_tail(rd: RunDir, n: int = 30) -> str:
-    logs = sorted(rd.engine_dir.glob("server*.log"), key=lambda p: p.stat().st_mtime)
-    if not logs:
-        return "(no engine log)"
-    lines = logs[-1].read_text(encoding="utf-8", errors="replace").splitlines()
-    return "\n".join(lines[-n:])
-
-
-class _Progress:
-    """A rich progress bar: overall trials, and the current trial with live output tok/s."""
-
-    def __init__(self, total: int, done: int, enabled: bool):
-        self.enabled = enabled
-        if not enabled:
-            return
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-        self.p = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                          TextColumn("{task.fields[rate]}"), TimeElapsedColumn(), transient=False)
-        self.p.start()
-        self.overall = self.p.add_task("trials", total=total, completed=done, rate="")
-        self.cur = None
-
-    def start_trial(self, t: Trial) -> None:
-        self.t0 = time.perf_counter()
-        self.tokens = 0
-        if self.enabled:
-            self.cur = self.p.add_task(f"{t.id} (C{t.point})", total=t.prompts, rate="")
-
-    def request_done(self, rec) -> None:
-        if not self.enabled or self.cur is None:
-            return
-        self.tokens += rec.completion_tokens or 0
-        dt = time.perf_counter() - self.t0
-        self.p.update(self.cur, advance=1, rate=f"{self.tokens / dt:,.0f} tok/s" if dt > 0 else "")
-
-    def end_trial(self, t: Trial, summary: dict) -> None:
-        if not self.enabled:
-            return
-        thr = summary.get("output_throughput")
-        self.p.update(self.cur, rate=(f"{thr:,.1f} tok/s" if thr is not None else "no throughput")
-                      + (f", {summary['failed']} failed" if summary.get("failed") else ""))
-        self.p.advance(self.overall)
-
-    def close(self) -> None:
-        if self.enabled:
-            self.p.stop()

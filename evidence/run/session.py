@@ -1,0 +1,101 @@
+"""The engine session: start, stop and restart a server, and what the sweep and the profile share.
+
+Both the measured sweep (runner) and the diagnostic profile (profiling) start servers and make
+prompts the same way; the shared pieces live here so neither imports the other.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+from evidence.canon import write_json
+from evidence.rundir import RunDir
+from evidence.spec.model import Spec
+
+
+class RunError(Exception):
+    """The run cannot start or go on; the message is one paragraph for the user."""
+
+    def __init__(self, message: str, code: int = 2):
+        super().__init__(message)
+        self.code = code
+
+
+Hooks = dict[str, Callable[..., Any]]  # test hooks: "after_trial"(trial_id) may raise to simulate a kill
+
+
+def served_name(spec: Spec) -> str:
+    """The model name requests carry (what the server was told to serve it as)."""
+    return spec.model.served_name or spec.model.id
+
+
+def model_source(spec: Spec, repo_root: Path) -> Path | None:
+    if spec.model.path:
+        p = Path(spec.model.path)
+        return p if p.is_absolute() else repo_root / p
+    return None
+
+
+def make_prompts(spec: Spec, repo_root: Path, base_url: str, model: str, n: int, seed: int):
+    from evidence.loadgen import prompts as pr
+
+    w = spec.workload
+    mdir = model_source(spec, repo_root)
+    tok_dir = Path(spec.model.tokenizer) if spec.model.tokenizer else mdir
+    if w.prompt_form == "token_ids":
+        if tok_dir is None or not tok_dir.exists():
+            raise RunError("prompt_form 'token_ids' needs the model's vocabulary size, read from a local model folder "
+                           "(model.path or model.tokenizer); none is available. Give a local path or use prompt_form: text.")
+        vocab = pr.vocab_size_from_model_dir(tok_dir)
+        return pr.make_token_prompts(n, w.input_len, w.output_len, seed, vocab, range_ratio=w.range_ratio,
+                                     exclude=pr.special_token_ids_from_model_dir(tok_dir))
+    import asyncio
+
+    import aiohttp
+
+    if tok_dir is None or not tok_dir.exists():
+        raise RunError("prompt_form 'text' draws random token ids before checking them with the server's /tokenize, "
+                       "so it needs the vocabulary size from a local tokenizer folder: set model.tokenizer (or model.path).")
+    vocab = pr.vocab_size_from_model_dir(tok_dir)
+
+    async def _text():
+        async with aiohttp.ClientSession() as s:
+            return await pr.make_text_prompts(s, base_url, model, n, w.input_len, w.output_len, seed, vocab)
+
+    return asyncio.run(_text())
+
+
+def start_engine(engine, rd: RunDir, spec: Spec, say, hooks: Hooks | None = None) -> None:
+    """Start the engine with its own numbered log, wait until ready, record what it resolved."""
+    from evidence.engines import EngineError
+
+    rd.engine_dir.mkdir(parents=True, exist_ok=True)
+    log = rd.numbered(rd.engine_log)
+    rd.event("engine_starting", command=engine.command(), log=str(log.relative_to(rd.path)))
+    say(f"starting engine ({spec.engine.kind}); log: {log}")
+    t = time.monotonic()
+    try:
+        engine.start(log)
+        engine.wait_ready(spec.engine.readiness_timeout_s)
+    except EngineError as e:
+        rd.event("engine_failed", error=str(e)[-4000:])
+        engine.stop()
+        raise RunError(f"the engine did not become ready: {e}") from None
+    resolved = engine.resolved()
+    write_json(rd.numbered(rd.engine_resolved), resolved)
+    if hooks and "engine_ready" in hooks:
+        hooks["engine_ready"](engine)
+    rd.event("engine_ready", seconds=round(time.monotonic() - t, 3), base_url=engine.base_url,
+             version=engine.version())
+    say(f"engine ready after {time.monotonic() - t:.0f} s at {engine.base_url}")
+
+
+def log_tail(rd: RunDir, n: int = 30) -> str:
+    """The last lines of the newest engine log (for messages about a dead engine)."""
+    logs = sorted(rd.engine_logs(), key=lambda p: p.stat().st_mtime)
+    if not logs:
+        return "(no engine log)"
+    lines = logs[-1].read_text(encoding="utf-8", errors="replace").splitlines()
+    return "\n".join(lines[-n:])

@@ -27,16 +27,19 @@ import shutil
 import socket
 import subprocess
 import sys
-import urllib.parse
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
 from evidence.canon import sha256_file
 from evidence.spec.model import Spec
 
-REDACTED = "<redacted>"
+# One scanner for the whole package (evidence.secrets); its names stay importable from here.
+from evidence.secrets import (  # noqa: E402,F401
+    REDACTED, find_secrets_in as find_secrets, redact, scrub_text, secret_env_name, secret_key_name,
+    strip_url_credentials,
+)
 
-# ----------------------------------------------------------------- secrets --
+# ------------------------------------------------------------- environment --
 
 ENV_PREFIXES = (
     "VLLM_", "CUDA_", "NCCL_", "TORCH_", "TORCHINDUCTOR_", "OMP_", "GOMP_", "KMP_", "MKL_", "OPENBLAS_",
@@ -44,163 +47,6 @@ ENV_PREFIXES = (
     "NVIDIA_", "ONEDNN_", "DNNL_", "EVIDENCE_",
 )
 ENV_NAMES = ("PYTHONHASHSEED", "LD_PRELOAD", "SOURCE_DATE_EPOCH", "TZ", "CI")
-
-_SECRET_NAME_PARTS = ("TOKEN", "KEY", "SECRET", "PASSWORD", "PASSWD", "CREDENTIAL")
-#: the last word of a structured key that makes its value a secret (api_key, hf_token, db_password ...)
-_SECRET_LAST_WORDS = {"token", "key", "secret", "password", "passwd", "credential", "credentials", "apikey",
-                      "authtoken", "accesstoken", "refreshtoken", "secretkey", "privatekey", "pwd", "authorization",
-                      "cookie"}
-#: words before "token"/"key" that make it a harmless name (eos_token, sort_key ...)
-_NOT_SECRET_PREV = {"eos", "bos", "pad", "unk", "sep", "cls", "mask", "start", "end", "special", "sort", "primary",
-                    "partition", "cache", "dict", "group", "hash", "foreign", "max", "num", "first", "last", "next"}
-#: bare names that say little on their own: a value under them must look like a credential
-_WEAK_BARE = {"token", "key"}
-
-#: (kind, pattern); the secret is the named group "s" where there is one, else the whole match.
-_VALUE_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
-    ("private key", re.compile(r"-----BEGIN [A-Z ]*PRIVATE KEY-----[\s\S]*?(?:-----END [A-Z ]*PRIVATE KEY-----|$)")),
-    ("credentials in URL", re.compile(r"://(?P<s>[^/\s:@'\"<>]+:[^/\s@'\"<>]+)@")),
-    ("token in URL", re.compile(r"://(?P<s>(?:ghp_|gho_|ghs_|github_pat_|glpat-|hf_|oauth2:|x-access-token:)[^/\s@'\"<>]+)@")),
-    ("Hugging Face token", re.compile(r"\bhf_[A-Za-z0-9]{20,}\b")),
-    ("GitHub token", re.compile(r"\b(?:ghp|gho|ghu|ghs|ghr)_[A-Za-z0-9]{20,}\b|\bgithub_pat_[A-Za-z0-9_]{20,}\b")),
-    ("GitLab token", re.compile(r"\bglpat-[A-Za-z0-9_-]{16,}\b")),
-    ("OpenAI/Anthropic key", re.compile(r"\bsk-(?:ant-|proj-)?[A-Za-z0-9_-]{20,}\b")),
-    ("AWS access key id", re.compile(r"\b(?:AKIA|ASIA)[0-9A-Z]{16}\b")),
-    ("Slack token", re.compile(r"\bxox[abprs]-[A-Za-z0-9-]{10,}\b")),
-    ("Google API key", re.compile(r"\bAIza[0-9A-Za-z_-]{35}\b")),
-    ("bearer token", re.compile(r"(?i)\bbearer\s+(?P<s>[A-Za-z0-9._~+/=-]{8,})")),
-    ("token in query", re.compile(r"(?i)[?&](?:access_token|token|api_key|apikey|key|sig|signature|password)=(?P<s>[^&\s'\"<>]+)")),
-)
-
-
-def _secret_spans(text: str) -> list[tuple[int, int, str]]:
-    """(start, end, kind) of each secret-looking part of text, not overlapping, in order."""
-    spans: list[tuple[int, int, str]] = []
-    for kind, pat in _VALUE_PATTERNS:
-        for m in pat.finditer(text):
-            a, b = m.span("s") if "s" in pat.groupindex else m.span()
-            if text[a:b] == REDACTED or REDACTED in text[a:b]:
-                continue
-            spans.append((a, b, kind))
-    spans.sort()
-    out: list[tuple[int, int, str]] = []
-    for a, b, k in spans:
-        if out and a < out[-1][1]:
-            if b > out[-1][1]:
-                out[-1] = (out[-1][0], b, out[-1][2])
-            continue
-        out.append((a, b, k))
-    return out
-
-
-def secret_env_name(name: str) -> bool:
-    """An environment variable whose value is never recorded (conservative: substring match)."""
-    up = name.upper()
-    return any(p in up for p in _SECRET_NAME_PARTS)
-
-
-def secret_key_name(name: str) -> bool:
-    """A structured key (api_key, hf_token, DB_PASSWORD, Authorization...) whose value is a secret.
-
-    Decided on the key's last word so that `max_num_batched_tokens`, `tokenizer`,
-    `eos_token_id` or `MEAN_KEYS` are kept. (The environment allow-list uses the
-    stricter substring rule, `secret_env_name`.)
-    """
-    if not name:
-        return False
-    words = [w.lower() for part in re.split(r"[^A-Za-z0-9]+", name)
-             for w in re.findall(r"[A-Z]+(?=[A-Z][a-z])|[A-Z]?[a-z0-9]+|[A-Z0-9]+", part)]
-    if not words:
-        return False
-    last = words[-1]
-    if last not in _SECRET_LAST_WORDS:
-        return False
-    if last in ("token", "key") and len(words) > 1 and words[-2] in _NOT_SECRET_PREV:
-        return False
-    return True
-
-
-_CODE_WORDS = {"none", "null", "true", "false", "lambda", "self", "cls", "str", "int", "float", "dict", "list",
-               "required", "optional", "redacted", "field", "default", "unknown", "missing"}
-
-
-def _credential_like(value: str, name: str) -> bool:
-    """Whether a value under a secret-sounding name looks like a real credential (not code or a placeholder)."""
-    v = value.strip()
-    if not v or REDACTED in v or v.startswith("<") or v.startswith("$") or v.startswith("{"):
-        return False
-    if re.fullmatch(r"[\d.eE+-]+", v) or v.lower() in _CODE_WORDS or set(v) <= {"*", "x", "X", "."}:
-        return False
-    if re.fullmatch(r"[A-Z][A-Z0-9_]*", v):  # a constant's name
-        return False
-    if re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)+", v):  # attribute access
-        return False
-    if name.lower().strip("_-") in _WEAK_BARE:
-        return len(v) >= 16 and bool(re.search(r"[A-Za-z]", v)) and bool(re.search(r"\d", v))
-    # a plain word ("nothing", "required") is prose or code; a credential has a digit or a symbol, or is long
-    return len(v) >= 6 and (bool(re.search(r"[\d\W_]", v)) or len(v) >= 12)
-
-
-def scrub_text(text: str) -> str:
-    """Replace credential-looking substrings of a string."""
-    spans = _secret_spans(text)
-    if not spans:
-        return text
-    parts, last = [], 0
-    for a, b, _ in spans:
-        parts.append(text[last:a])
-        parts.append(REDACTED)
-        last = b
-    parts.append(text[last:])
-    return "".join(parts)
-
-
-def strip_url_credentials(url: str) -> str:
-    """A remote URL without user info, tokens or query string (scp-like git URLs kept)."""
-    if "://" not in url:
-        return scrub_text(url)
-    try:
-        u = urllib.parse.urlsplit(url)
-    except ValueError:
-        return scrub_text(url)
-    host = u.hostname or ""
-    if u.port:
-        host += f":{u.port}"
-    return urllib.parse.urlunsplit((u.scheme, host, u.path, "", ""))
-
-
-def redact(obj: Any, _key: str | None = None) -> Any:
-    """A copy of a JSON-able structure with secrets replaced by '<redacted>'.
-
-    Values under secret-named keys are replaced whole; every other string is
-    scrubbed of credential-looking values; in argv-like lists the value after a
-    secret-named flag (`--api-key X`, `--hf-token=X`) is replaced.
-    """
-    if isinstance(obj, Mapping):
-        return {k: (REDACTED if (isinstance(k, str) and secret_key_name(k) and v not in (None, "", REDACTED)
-                                 and not isinstance(v, (bool, int, float)))
-                    else redact(v, k)) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        out = []
-        hide_next = False
-        for item in obj:
-            if hide_next and isinstance(item, str):
-                out.append(REDACTED)
-                hide_next = False
-                continue
-            hide_next = False
-            if isinstance(item, str) and item.startswith("-"):
-                flag, eq, val = item.lstrip("-").partition("=")
-                if secret_key_name(flag.replace("-", "_")):
-                    if eq:
-                        out.append(item.split("=", 1)[0] + "=" + REDACTED)
-                        continue
-                    hide_next = True
-            out.append(redact(item))
-        return out
-    if isinstance(obj, str):
-        return scrub_text(obj)
-    return obj
 
 
 def allowed_env(environ: Mapping[str, str] | None = None) -> dict[str, str]:
@@ -213,73 +59,6 @@ def allowed_env(environ: Mapping[str, str] | None = None) -> dict[str, str]:
         v = env[k]
         out[k] = REDACTED if (secret_env_name(k) and v) else scrub_text(v)
     return out
-
-
-_ASSIGN = re.compile(r"""(?P<name>[A-Za-z_][A-Za-z0-9_.-]*)["']?\s*[:=]\s*["']?(?P<value>[^\s"',;}{\]\[()]{6,})""")
-_SPECIAL_TOKEN_VALUE = re.compile(r"^<\|?[\w.-]*\|?>$")
-
-
-def _scan_text(text: str) -> list[tuple[int, str, str]]:
-    """(line number, kind, masked excerpt) for each secret-looking value in text."""
-    hits = []
-    for n, line in enumerate(text.splitlines(), 1):
-        for a, b, kind in _secret_spans(line):
-            hits.append((n, kind, _mask(line[a:b])))
-        for m in _ASSIGN.finditer(line):
-            name, value = m.group("name"), m.group("value")
-            if _SPECIAL_TOKEN_VALUE.match(value) or not secret_key_name(name.split(".")[-1]):
-                continue
-            if _credential_like(value, name.split(".")[-1]):
-                hits.append((n, f"value of {name}", _mask(value)))
-    return hits
-
-
-def _mask(s: str) -> str:
-    s = s.strip()
-    return (s[:4] + "..." + f"({len(s)} chars)") if len(s) > 4 else "****"
-
-
-def find_secrets(path_or_tree: Any, *, max_bytes: int = 64 * 1024 * 1024) -> list[dict[str, Any]]:
-    """What looks like a secret: [{"path", "line", "kind", "excerpt"}], excerpts masked.
-
-    Takes a file, a folder (every regular file under it, text files only, links not
-    followed), or a JSON-able structure (paths are then dotted keys).
-    """
-    found: list[dict[str, Any]] = []
-    if isinstance(path_or_tree, (str, os.PathLike)) and Path(path_or_tree).exists():
-        root = Path(path_or_tree)
-        files = [root] if root.is_file() else sorted(p for p in root.rglob("*") if p.is_file() and not p.is_symlink())
-        for f in files:
-            try:
-                if f.stat().st_size > max_bytes:
-                    continue
-                data = f.read_bytes()
-            except OSError:
-                continue
-            if b"\x00" in data[:8192]:
-                continue  # binary
-            rel = str(f.relative_to(root)) if root.is_dir() else str(f)
-            for line, kind, excerpt in _scan_text(data.decode("utf-8", "replace")):
-                found.append({"path": rel, "line": line, "kind": kind, "excerpt": excerpt})
-        return found
-
-    def walk(node: Any, where: str) -> None:
-        if isinstance(node, Mapping):
-            for k, v in node.items():
-                path = f"{where}.{k}" if where else str(k)
-                if isinstance(k, str) and secret_key_name(k) and isinstance(v, str) and _credential_like(v, k):
-                    found.append({"path": path, "line": None, "kind": f"value of {k}", "excerpt": _mask(v)})
-                else:
-                    walk(v, path)
-        elif isinstance(node, (list, tuple)):
-            for i, v in enumerate(node):
-                walk(v, f"{where}[{i}]")
-        elif isinstance(node, str):
-            for a, b, kind in _secret_spans(node):
-                found.append({"path": where, "line": None, "kind": kind, "excerpt": _mask(node[a:b])})
-
-    walk(path_or_tree, "")
-    return found
 
 
 # ----------------------------------------------------------------- helpers --

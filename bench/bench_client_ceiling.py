@@ -126,7 +126,7 @@ def run_ours_inproc(spec: dict) -> dict:
     sys.path.insert(0, str(ROOT))
     import aiohttp
 
-    from evidence.loadgen.trial import run_sync, run_trial
+    from evidence.loadgen.trial import TrialConfig, run_sync, run_trial
     from evidence.metrics import trial_metrics
     from evidence.loadgen.prompts import (make_text_prompts, make_token_prompts, special_token_ids_from_model_dir,
                                   vocab_size_from_model_dir)
@@ -143,19 +143,19 @@ def run_ours_inproc(spec: dict) -> dict:
         ps = run_sync(mk())
     else:
         ps = make_token_prompts(n, spec["input_len"], spec["output_len"], spec["seed"], vocab, exclude=excl)
-    kw = {"temperature": spec.get("temperature", 0.0), "extra_body": spec.get("extra_body"),
-          "http": spec.get("http", "auto"), "timeout_s": 600}
+    cfg = TrialConfig(base_url=spec["url"], model=spec["model"], prompts=ps, max_concurrency=c,
+                      temperature=spec.get("temperature", 0.0), extra_body=spec.get("extra_body") or {},
+                      http_stack=spec.get("http", "auto"), request_timeout_s=600, telemetry=True)
     if spec.get("warmup"):
-        run_trial(spec["url"], spec["model"], ps[: spec["warmup"]], max_concurrency=c, phase="warmup",
-                  telemetry=False, **kw)
-    r = run_trial(spec["url"], spec["model"], ps, max_concurrency=c, telemetry=True, **kw)
+        run_trial(cfg.replace(prompts=ps[: spec["warmup"]], phase="warmup", telemetry=False))
+    r = run_trial(cfg)
     m = trial_metrics(r.records)
     pt = m["prompt_tokens_server"]
     return {"output_throughput": m["output_throughput"], "completed": m["completed"], "failed": m["failed"],
             "duration_s": m["duration_s"], "total_output_tokens": m["total_output_tokens"],
             "chunk_usage_mismatches": m["chunk_usage_mismatches"], "output_len_mismatches": m["output_len_mismatches"],
-            "cpu_s": r.meta["client_cpu_s"], "client_cpu_util": r.meta["client_cpu_util"],
-            "http_stack": r.meta["client"]["http_stack"], "event_loop": r.meta["client"]["event_loop"],
+            "cpu_s": r.meta.client_cpu_s, "client_cpu_util": r.meta.client_cpu_util,
+            "http_stack": r.meta.client["http_stack"], "event_loop": r.meta.client["event_loop"],
             "mean_prompt_tokens": pt["mean"] if pt else None,
             "mean_ttft_ms": m["ttft_ms"]["mean"] if m["ttft_ms"] else None,
             "p99_ttft_ms": m["ttft_ms"]["p99"] if m["ttft_ms"] else None,

@@ -145,18 +145,20 @@ def run_profile(spec: Spec, rd: RunDir, *, repo_root: Path, say=lambda *a, **k: 
             say(f"profiling C{point}: {n} prompts (diagnostic only, never mixed with measurements)")
             prompts = make_prompts(spec, repo_root, engine.base_url, _served(spec), n, spec.workload.seed + point)
             # warm the fresh server with the same shape so compilation is outside the window
-            loadgen.run_trial(engine.base_url, _served(spec), prompts[: min(len(prompts), point)],
-                              max_concurrency=point, request_rate="inf", burstiness=1.0, seed=0,
-                              ignore_eos=w.ignore_eos, temperature=w.temperature, phase="warmup", telemetry=False)
+            loadgen.run_trial(loadgen.TrialConfig(
+                base_url=engine.base_url, model=_served(spec), prompts=prompts[: min(len(prompts), point)],
+                max_concurrency=point, request_rate="inf", burstiness=1.0, seed=0,
+                ignore_eos=w.ignore_eos, temperature=w.temperature, phase="warmup", telemetry=False))
             before = {p for p in trace_dir.rglob("*") if p.is_file()}
             c_start_sent = _clock()
             # torch: opens the torch profiler; nsys: vLLM's "cuda" profiler calls cudaProfilerStart,
             # which opens nsys's capture range (--capture-range=cudaProfilerApi).
             _post(engine.base_url + "/start_profile")
             c_start_ack = _clock()
-            res = loadgen.run_trial(engine.base_url, _served(spec), prompts, max_concurrency=point,
-                                    request_rate=w.request_rate, burstiness=w.burstiness, seed=point,
-                                    ignore_eos=w.ignore_eos, temperature=w.temperature, phase="profile")
+            res = loadgen.run_trial(loadgen.TrialConfig(
+                base_url=engine.base_url, model=_served(spec), prompts=prompts, max_concurrency=point,
+                request_rate=w.request_rate, burstiness=w.burstiness, seed=point,
+                ignore_eos=w.ignore_eos, temperature=w.temperature, phase="profile"))
             c_stop_sent = _clock()
             _post(engine.base_url + "/stop_profile")
             c_stop_ack = _clock()
@@ -171,11 +173,11 @@ def run_profile(spec: Spec, rd: RunDir, *, repo_root: Path, say=lambda *a, **k: 
                 os.replace(f, dest)
                 moved.append(dest)
             write_records(out / REQUESTS, res.records)
-            t0 = res.meta["t0_perf"]
+            t0 = res.meta.t0_perf
             meta = {
                 "point": point,
                 "prompts": n,
-                "client": res.meta,
+                "client": res.meta.as_dict(),
                 # the capture window on the trial clock (seconds since t0), with wall-clock twins
                 "window": {
                     "start_profile_sent_s": c_start_sent["perf"] - t0,

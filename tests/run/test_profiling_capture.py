@@ -29,8 +29,8 @@ def test_cpu_vllm_torch_profiler_trace_through_the_pipeline(vllm_server):
     before = set(vllm_server.profile_dir.rglob("*"))
     prompts = make_token_prompts(6, 24, 8, 3, vocab_size_from_model_dir(vllm_server.model_dir))
     assert _post(vllm_server.base_url + "/start_profile") == 200
-    res = loadgen.run_trial(vllm_server.base_url, vllm_server.served_model, prompts, max_concurrency=3,
-                            telemetry=False)
+    res = loadgen.run_trial(loadgen.TrialConfig(base_url=vllm_server.base_url, model=vllm_server.served_model,
+                                                prompts=prompts, max_concurrency=3, telemetry=False))
     assert _post(vllm_server.base_url + "/stop_profile") == 200
     files = _wait_for_files(vllm_server.profile_dir, before, timeout_s=120)
     assert files, "vLLM wrote no trace file after /stop_profile"
@@ -46,7 +46,7 @@ def test_cpu_vllm_torch_profiler_trace_through_the_pipeline(vllm_server):
     assert a["kernel_active"]["absent"].startswith("no GPU kernels")
     assert a["steps"]["steps"] == len(tr.steps) and a["steps"]["steps_with_prefill"] >= 1
     # clock bridge: every step ran while the client had requests in flight (wall clock, 0.5 s slack)
-    t0 = res.meta["t0_unix"]
+    t0 = res.meta.t0_unix
     first = min(r.send_s for r in res.records) + t0
     last = max(r.end_s for r in res.records) + t0
     for s in tr.steps:

@@ -1,0 +1,267 @@
+"""What every engine adapter offers, and the registry that picks one by `engine.kind`.
+
+An adapter starts (or finds), watches, reads and stops the server under test:
+`start`, `wait_ready`, `alive`, `version`, `resolved`, `describe`, `command`,
+`build`, `stop`, and use as a context manager that stops on exit.
+
+What an engine resolved is a dict `name -> Setting.as_dict()` (that form is
+written to `engine/resolved.json`): the value and the source that says where it
+was read: `log: <excerpt of the line>`, `/metrics cache_config_info`,
+`/v1/models`, `/version`, `requested (not confirmed by the engine)`,
+`inferred: <why>` or `not reported by the engine`. Entries for settings the spec
+asked for also carry `"requested"`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+from typing import Any, Callable, Iterable, Mapping, Protocol, runtime_checkable
+
+from evidence.spec.model import Spec
+
+#: The settings `resolved()` always reports, in this order.
+RESOLVED_KEYS = (
+    "engine_version",
+    "max_num_batched_tokens",
+    "max_num_seqs",
+    "enable_chunked_prefill",
+    "enable_prefix_caching",
+    "long_prefill_token_threshold",
+    "block_size",
+    "kv_cache_tokens",
+    "kv_cache_gib",
+    "num_kv_blocks",
+    "attention_backend",
+    "cudagraph_mode",
+    "compilation_mode",
+    "dtype",
+    "max_model_len",
+    "async_scheduling",
+    "device",
+    "load_format",
+    "gpu_memory_utilization",
+    "tensor_parallel_size",
+    "pipeline_parallel_size",
+    "data_parallel_size",
+)
+
+NOT_REPORTED = "not reported by the engine"
+REQUESTED = "requested (not confirmed by the engine)"
+EXTERNAL = "not observable: external endpoint"
+
+
+class EngineError(Exception):
+    """The engine could not be started, died, or never got ready (message: one paragraph + log tail)."""
+
+
+_UNSET: Any = object()
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One resolved setting: its value, where it was read, and what the spec asked for (when it did)."""
+
+    value: Any
+    source: str
+    requested: Any = _UNSET
+    also: str | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        d: dict[str, Any] = {"value": self.value, "source": self.source}
+        if self.requested is not _UNSET:
+            d["requested"] = self.requested
+        if self.also is not None:
+            d["also"] = self.also
+        return d
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "Setting":
+        return cls(d.get("value"), str(d.get("source", "")), d.get("requested", _UNSET), d.get("also"))
+
+
+@runtime_checkable
+class Engine(Protocol):
+    """The interface the runner uses; `kind` is the spec's `engine.kind`."""
+
+    kind: str
+    base_url: str
+    log_path: Any
+    ready_after_s: float | None
+
+    def command(self) -> list[str]: ...
+    def build(self) -> dict[str, str] | None: ...
+    def describe(self) -> dict[str, Any]: ...
+    def start(self, log_path: str | os.PathLike) -> None: ...
+    def wait_ready(self, timeout: float | None = None, poll_s: float = 1.0) -> float: ...
+    def alive(self) -> bool: ...
+    def version(self) -> str | None: ...
+    def resolved(self) -> dict[str, dict[str, Any]]: ...
+    def stop(self, grace_s: float = 10.0) -> None: ...
+
+
+#: engine.kind -> factory(spec, repo_root, **options) -> Engine; filled by `register`.
+REGISTRY: dict[str, Callable[..., Engine]] = {}
+
+
+def register(kind: str) -> Callable[[type], type]:
+    """Class decorator: the class's `create(spec, repo_root, **options)` serves `engine.kind == kind`."""
+
+    def deco(cls: type) -> type:
+        REGISTRY[kind] = cls.create  # type: ignore[attr-defined]
+        return cls
+
+    return deco
+
+
+# ------------------------------------------------------------------ helpers --
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+_OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+
+
+def http_get(url: str, timeout: float = 3.0) -> tuple[int, str]:
+    """(status, body) of a GET; status 0 when nothing answered."""
+    try:
+        with _OPENER.open(url, timeout=timeout) as r:
+            return r.status, r.read().decode("utf-8", "replace")
+    except urllib.error.HTTPError as e:
+        try:
+            body = e.read().decode("utf-8", "replace")
+        except Exception:
+            body = ""
+        return e.code, body
+    except (urllib.error.URLError, OSError, ValueError):
+        return 0, ""
+
+
+
+def requested_from_spec(spec: Spec, extra_args: Iterable[str] = ()) -> dict[str, Any]:
+    a = spec.engine.args
+    req: dict[str, Any] = {}
+    for k in ("max_num_batched_tokens", "max_num_seqs", "enable_chunked_prefill", "enable_prefix_caching",
+              "long_prefill_token_threshold", "block_size", "max_model_len", "gpu_memory_utilization", "seed"):
+        v = getattr(a, k)
+        if v is not None:
+            req[k] = v
+    if a.dtype != "auto":
+        req["dtype"] = a.dtype
+    for k in ("tensor_parallel_size", "pipeline_parallel_size", "data_parallel_size"):
+        if getattr(a, k) != 1:
+            req[k] = getattr(a, k)
+    if spec.model.load_format != "auto":
+        req["load_format"] = spec.model.load_format
+    if a.enforce_eager:
+        req["enforce_eager"] = True
+    argv = list(a.extra) + list(extra_args)
+    if "--async-scheduling" in argv:
+        req["async_scheduling"] = True
+    if "--no-async-scheduling" in argv:
+        req["async_scheduling"] = False
+    if spec.engine.version:
+        req["engine_version"] = spec.engine.version
+    return req
+
+
+_DTYPE_ALIASES = {"half": "float16", "float": "float32", "bf16": "bfloat16", "fp16": "float16"}
+
+
+def combine_resolved(
+    log_found: Mapping[str, dict],
+    metrics_found: Mapping[str, dict],
+    requested: Mapping[str, Any],
+    *,
+    version: str | None = None,
+    models: Mapping[str, dict] | None = None,
+    unknown_source: str = NOT_REPORTED,
+) -> dict[str, dict[str, Any]]:
+    """Merge the sources into one entry per setting (metrics > log > /version > request)."""
+    out: dict[str, dict[str, Any]] = {}
+    names = list(RESOLVED_KEYS) + sorted((set(log_found) | set(metrics_found)) - set(RESOLVED_KEYS))
+    for name in names:
+        entry = None
+        if name in metrics_found:
+            entry = dict(metrics_found[name])
+        elif name in log_found:
+            entry = {k: v for k, v in log_found[name].items() if k in ("value", "source")}
+            if log_found[name].get("kind") == "asked":
+                entry["source"] += " (as asked; no line confirms it)"
+        elif name == "engine_version" and version:
+            entry = {"value": version, "source": "/version"}
+        elif models and name in models:
+            entry = dict(models[name])
+        elif name in requested and name != "engine_version":
+            entry = {"value": requested[name], "source": REQUESTED}
+        else:
+            entry = {"value": None, "source": unknown_source}
+        if name in requested:
+            entry["requested"] = requested[name]
+        out[name] = entry
+    # the version string from /version also confirms the log's
+    if version and out.get("engine_version", {}).get("value") not in (None, version):
+        out["engine_version"]["also"] = f"/version says {version}"
+    d = out.get("dtype")
+    if d and isinstance(d.get("value"), str):
+        d["value"] = _DTYPE_ALIASES.get(d["value"], d["value"])
+    return out
+
+
+class HttpEngine:
+    """Shared by adapters: the context manager and the read-only HTTP endpoints of an OpenAI-style server."""
+
+    kind = "base"
+    base_url = ""
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+    def stop(self, grace_s: float = 10.0) -> None:  # pragma: no cover - overridden
+        return None
+
+    def settings(self) -> dict[str, Setting]:
+        """`resolved()` as typed entries."""
+        return {k: Setting.from_dict(v) for k, v in self.resolved().items()}  # type: ignore[attr-defined]
+
+    def _get(self, path: str, timeout: float = 3.0) -> tuple[int, str]:
+        return http_get(self.base_url.rstrip("/") + path, timeout)
+
+    def version(self) -> str | None:
+        status, body = self._get("/version")
+        if status != 200:
+            return None
+        try:
+            return str(json.loads(body)["version"])
+        except (ValueError, KeyError, TypeError):
+            return None
+
+    def metrics_text(self) -> str:
+        status, body = self._get("/metrics", timeout=10)
+        return body if status == 200 else ""
+
+    def models(self) -> dict[str, dict[str, Any]]:
+        """What /v1/models says (max_model_len of the served model)."""
+        status, body = self._get("/v1/models")
+        if status != 200:
+            return {}
+        try:
+            data = json.loads(body)["data"]
+        except (ValueError, KeyError, TypeError):
+            return {}
+        for m in data:
+            if m.get("max_model_len") is not None:
+                return {"max_model_len": {"value": m["max_model_len"], "source": f"/v1/models ({m.get('id')})"}}
+        return {}
+

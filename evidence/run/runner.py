@@ -10,7 +10,6 @@ off is moved to aborted/ and run again in full.
 
 from __future__ import annotations
 
-import datetime as _dt
 import os
 import shutil
 import signal
@@ -22,11 +21,13 @@ from typing import Any
 from evidence.canon import read_json, sha256_file, write_atomic, write_json
 from evidence.records import write_records
 from evidence.run.interleave import run_interleaved
+from evidence.run.prepare import find_resumable, prepare_run_dir, set_status
 from evidence.run.progress import Progress
-from evidence.run.session import Hooks, RunError, log_tail, make_prompts, start_engine
+from evidence.run.provenance.pins import refusal_message
+from evidence.run.session import Hooks, RunError, log_tail, make_prompts, start_engine, warmup_failure
 from evidence.run.session import served_name as _served  # the name the load-generator call lines use
-from evidence.rundir import META, REQUESTS, PROFILE_JSON, RUN_JSON, SUMMARY, TELEMETRY, RunDir, is_run_dir
-from evidence.spec.model import Spec, load_spec, spec_to_json
+from evidence.rundir import META, PROFILE_JSON, REQUESTS, SUMMARY, TELEMETRY, RunDir
+from evidence.spec.model import Spec, load_spec
 from evidence.spec.plan import Plan, Trial, make_plan
 
 __all__ = ["RunError", "RunOutcome", "Hooks", "run_experiment", "prepare_run_dir", "find_resumable"]
@@ -48,96 +49,6 @@ class RunOutcome:
         if self.status != "complete" or self.trials_failed:
             return 1
         return 0
-
-
-def _utc_stamp() -> str:
-    return _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
-
-
-def find_resumable(runs_dir: Path, spec_sha: str) -> Path | None:
-    """The newest run of exactly this spec (by sha256) that is not complete."""
-    if not runs_dir.exists():
-        return None
-    cands = []
-    for rj in runs_dir.glob(f"*/{RUN_JSON}"):
-        try:
-            info = read_json(rj)
-        except (OSError, ValueError):
-            continue
-        if info.get("spec_sha256") == spec_sha and info.get("status") != "complete":
-            cands.append((info.get("created_unix", 0), rj.parent))
-    return max(cands)[1] if cands else None
-
-
-def prepare_run_dir(spec: Spec, spec_path: Path, runs_dir: Path, *, run_id: str | None, resume: Path | None) -> tuple[RunDir, bool]:
-    """Create a new run directory, or open the one to resume; never overwrite."""
-    spec_sha = sha256_file(spec_path)
-    plan = make_plan(spec)
-    target: Path | None = None
-    if resume is not None:
-        target = Path(resume)
-        if not is_run_dir(target):
-            raise RunError(f"{target} is not a run directory (no run.json); give a folder under runs/ that `evidence run` created.")
-    elif run_id is not None:
-        cand = runs_dir / run_id
-        if is_run_dir(cand):
-            target = cand
-        elif cand.exists() and any(cand.iterdir()):
-            raise RunError(f"{cand} exists and is not a run directory; refusing to write into it. Choose another --run-id.")
-    else:
-        target = find_resumable(runs_dir, spec_sha)
-    if target is not None:
-        rd = RunDir(target)
-        info = read_json(rd.run_json)
-        if info.get("spec_sha256") != spec_sha:
-            raise RunError(
-                f"{target} was run from a different spec (sha256 {str(info.get('spec_sha256'))[:12]}..., this one is "
-                f"{spec_sha[:12]}...). A run is never continued with a changed spec: start a new run (another --run-id) "
-                "or restore the original spec.")
-        recorded_plan = read_json(rd.plan_json)
-        if recorded_plan != read_json_roundtrip(plan.as_dict()):
-            raise RunError(f"the plan recorded in {rd.plan_json} differs from the plan this spec gives now; refusing to resume.")
-        return rd, True
-    rid = run_id or f"{spec.name}-{_utc_stamp()}"
-    rd = RunDir(runs_dir / rid)
-    if rd.path.exists() and any(rd.path.iterdir()):
-        raise RunError(f"{rd.path} already exists; refusing to overwrite it.")
-    rd.path.mkdir(parents=True, exist_ok=True)
-    write_atomic(rd.spec_yaml, spec_path.read_bytes())
-    write_atomic(rd.spec_resolved, spec_to_json(spec))
-    write_json(rd.plan_json, plan.as_dict())
-    write_json(rd.run_json, {
-        "run_id": rid,
-        "spec_name": spec.name,
-        "spec_file": str(spec_path),
-        "spec_sha256": spec_sha,
-        "created_unix": round(time.time(), 3),
-        "status": "running",
-        "tool": _tool_info(),
-    })
-    rd.event("run_created", run_id=rid, trials=len(plan.trials))
-    return rd, False
-
-
-def read_json_roundtrip(obj: Any) -> Any:
-    import json
-
-    from evidence.canon import dumps
-
-    return json.loads(dumps(obj))
-
-
-def _tool_info() -> dict:
-    from evidence import __version__
-
-    return {"name": "evidence", "version": __version__}
-
-
-def _set_status(rd: RunDir, status: str, **extra: Any) -> None:
-    info = read_json(rd.run_json)
-    info["status"] = status
-    info.update(extra)
-    write_json(rd.run_json, info)
 
 
 def run_experiment(
@@ -163,14 +74,14 @@ def run_experiment(
     spec_path = Path(spec_path)
     spec = load_spec(spec_path)
     plan = make_plan(spec)
-    rd, resumed = prepare_run_dir(spec, spec_path, Path(runs_dir), run_id=run_id, resume=resume)
     say = (console.print if console is not None else (lambda *a, **k: None))
+    rd, resumed = prepare_run_dir(spec, spec_path, Path(runs_dir), run_id=run_id, resume=resume, say=say)
     done = set(rd.completed_trials())
     todo = [t for t in plan.trials if t.id not in done]
     if not todo and (not profile or not spec.profile.enabled or spec.engine.kind != "vllm" or _profile_done(rd)):
         # Nothing left to run: record nothing new (no provenance, no events), just say so.
         if read_json(rd.run_json).get("status") != "complete":
-            _set_status(rd, "complete")
+            set_status(rd, "complete")
         return RunOutcome(rd.path, "complete", trials_done=sorted(done), trials_failed=_failed_trials(rd),
                           resumed=resumed, message="all trials were already complete")
     if resumed:
@@ -194,10 +105,8 @@ def run_experiment(
     write_json(prov_path, prov)
     if bad and not allow_drift:
         rd.event("refused_pins", mismatches=bad)
-        _set_status(rd, "refused")
-        lines = "; ".join(f"{p['pin']}: requested {p['requested']!r}, found {p['effective']!r}" for p in bad)
-        raise RunError(f"the environment does not match the spec's pins ({lines}). Nothing was run; provenance is in "
-                       f"{prov_path}. Fix the environment, or pass --allow-drift to run anyway and record the drift.")
+        set_status(rd, "refused")
+        raise RunError(refusal_message(spec, prov, bad, prov_path))
     if bad:
         rd.event("drift_allowed", mismatches=bad)
 
@@ -224,16 +133,16 @@ def run_experiment(
         outcome.trials_done = rd.completed_trials()
         outcome.trials_failed = _failed_trials(rd)
         outcome.status = "complete" if not missing else "incomplete"
-        _set_status(rd, outcome.status)
+        set_status(rd, outcome.status)
         rd.event("run_" + outcome.status, missing=missing, trials_with_failures=outcome.trials_failed)
     except RunError:
-        _set_status(rd, "incomplete")
+        set_status(rd, "incomplete")
         raise
     except KeyboardInterrupt:
         outcome.status = "interrupted"
         outcome.trials_done = rd.completed_trials()
         rd.event("interrupted", completed=outcome.trials_done)
-        _set_status(rd, "incomplete")
+        set_status(rd, "incomplete")
         outcome.message = f"interrupted; {len(outcome.trials_done)} of {len(plan.trials)} trials are recorded. Run the same command again to continue."
     finally:
         signal.signal(signal.SIGTERM, old_term)
@@ -264,7 +173,7 @@ def _sweep(spec: Spec, plan: Plan, todo: list[Trial], rd: RunDir, engine, repo_r
     w, sw = spec.workload, spec.sweep
     start_engine(engine, rd, spec, say, hooks)
     warmed = False
-    bar = Progress(len(plan.trials), len(plan.trials) - len(todo), enabled=progress)
+    bar = Progress(len(plan.trials), len(plan.trials) - len(todo), enabled=progress, say=say)
     try:
         for k, trial in enumerate(todo):
             if spec.engine.restart == "per_trial" and k > 0:
@@ -342,6 +251,10 @@ def _warmup(spec: Spec, rd: RunDir, engine, repo_root: Path, trial: Trial) -> No
     os.replace(tmp, path)
     failed = sum(1 for r in res.records if not r.ok)
     rd.event("warmup_done", file=str(path.relative_to(rd.path)), failed=failed)
+    why = warmup_failure(res.records, spec)
+    if why is not None:
+        rd.event("warmup_failed", requests=len(res.records), reason=why)
+        raise RunError(why)
 
 
 def _write_jsonl(path: Path, rows: list[dict]) -> None:

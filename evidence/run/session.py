@@ -99,3 +99,49 @@ def log_tail(rd: RunDir, n: int = 30) -> str:
         return "(no engine log)"
     lines = logs[-1].read_text(encoding="utf-8", errors="replace").splitlines()
     return "\n".join(lines[-n:])
+
+
+def api_key(spec: Spec) -> str | None:
+    """The API key's value, read from the environment at run time (never recorded anywhere)."""
+    import os
+
+    return os.environ.get(spec.engine.api_key_env_name()) or None
+
+
+def _likely_cause(status: int | None, error: str, spec: Spec, key_set: bool) -> str:
+    env = spec.engine.api_key_env_name()
+    if status in (401, 403):
+        if key_set:
+            return (f"the server refused the API key from ${env}; check that it is the key the server was started with "
+                    "(or name another variable with engine.api_key_env)")
+        return (f"the server requires an API key: export it as ${env} (or name another variable with "
+                "engine.api_key_env); it is sent as `Authorization: Bearer` and never recorded")
+    if status == 404:
+        return (f"the server does not serve the model name {served_name(spec)!r} or the completions endpoint; "
+                "compare model.served_name (or model.id) with the server's /v1/models")
+    if status == 400 or status == 422:
+        return ("the server rejected the request body: check input_len + output_len against the server's "
+                "max_model_len, and any workload.extra_body fields")
+    if status is not None and status >= 500:
+        return "the server failed while answering; its log (engine/server*.log for an engine we started) says why"
+    if "timeout" in error.lower() or "timed out" in error.lower():
+        return "no answer within workload.request_timeout_s; the server may be overloaded or stuck"
+    return f"the server could not be reached or broke the connection; is it listening at {spec.engine.base_url or 'its URL'}?"
+
+
+def warmup_failure(records, spec: Spec) -> str | None:
+    """When every warm-up request failed, the reason the sweep must not start (None otherwise).
+
+    A sweep whose every request fails measures nothing; stopping here shows the server's
+    answer (its status and body) while nothing has been spent on the trials.
+    """
+    if not records or any(r.ok for r in records):
+        return None
+    from collections import Counter
+
+    answers = Counter((r.status, (r.error or "").strip()[:300]) for r in records)
+    (status, error), n = answers.most_common(1)[0]
+    said = f"HTTP {status}" if status is not None else "no HTTP answer"
+    return (f"all {len(records)} warm-up requests failed, so the sweep was not started. The server's answer "
+            f"({n} of {len(records)}): {said}: {error or '(no body)'}. Likely cause: "
+            f"{_likely_cause(status, error, spec, api_key(spec) is not None)}.")

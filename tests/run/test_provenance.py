@@ -243,7 +243,7 @@ def test_git_repo_dirty_untracked_and_remote_without_credentials(tmp_path):
 
 
 def test_accelerator_none_says_how_it_looked(monkeypatch, tmp_path):
-    monkeypatch.setattr("evidence.run.provenance.collect._nvml", lambda: None)
+    monkeypatch.setattr("evidence.run.provenance.host._nvml", lambda: None)
     monkeypatch.setenv("PATH", str(tmp_path))  # no nvidia-smi here
     a = accelerator_info()
     assert a["found"] == "none" and a["count"] == 0 and "nvidia-smi is not on PATH" in a["how"]
@@ -257,7 +257,7 @@ def test_accelerator_from_nvidia_smi_xml(monkeypatch, tmp_path):
     exe = tmp_path / "nvidia-smi"
     exe.write_text(f"#!/bin/sh\ncat <<'EOF'\n{xml}\nEOF\n")
     exe.chmod(exe.stat().st_mode | stat.S_IEXEC)
-    monkeypatch.setattr("evidence.run.provenance.collect._nvml", lambda: None)
+    monkeypatch.setattr("evidence.run.provenance.host._nvml", lambda: None)
     monkeypatch.setenv("PATH", f"{tmp_path}:{os.environ['PATH']}")
     a = accelerator_info("1")
     assert a["found"] == "nvidia-smi" and a["count"] == 2 and a["visible_count"] == 1

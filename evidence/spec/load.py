@@ -153,6 +153,8 @@ def validate_located(root: type[BaseModel], src: Located, file: str, no_echo: fr
         kind = type(src.data).__name__ if src.data is not None else "nothing"
         raise SpecError(file, [(src.where(()), "", f"a spec is a YAML mapping of sections, but the file holds a {kind}")])
     problems: list[tuple[Pos | None, str, str]] = [(pos, dotted(path), msg) for pos, path, msg in src.problems]
+    # A value the reader already refused (a tag, say) gets no second, derived complaint from validation.
+    refused = {tuple(path) for _, path, _ in src.problems}
     result = None
     try:
         result = root.model_validate(src.data)
@@ -160,6 +162,8 @@ def validate_located(root: type[BaseModel], src: Located, file: str, no_echo: fr
         seen = set()
         for err in exc.errors():
             base = _clean_loc(tuple(err["loc"]), src.data)
+            if any(base[:len(r)] == r for r in refused if r):
+                continue
             for loc, msg in _split_located(root, err, base, no_echo):
                 key = (loc, msg)
                 if key in seen:

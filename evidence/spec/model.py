@@ -44,18 +44,29 @@ CLIENT_FIELDS = {
 
 
 class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+    # allow_inf_nan=False: YAML's .inf and .nan are refused wherever a number is meant
+    # (request_rate spells its infinity 'inf' and checks itself).
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, allow_inf_nan=False)
 
 
-PosInt = Annotated[int, Field(gt=0)]
-NonNegInt = Annotated[int, Field(ge=0)]
+# Upper bounds: far above any real experiment, low enough that no count overflows an
+# engine's C int, a plan's memory or a run's lifetime (each bound is a clean error).
+MAX_TRIALS = 10_000  # points x repeats
+MAX_PROMPTS_PER_TRIAL = 1_000_000
+MAX_PROMPTS_PER_RUN = 100_000_000  # every trial's prompts plus warm-up
+PosInt = Annotated[int, Field(gt=0, le=2**31 - 1)]
+NonNegInt = Annotated[int, Field(ge=0, le=2**31 - 1)]
+Concurrency = Annotated[int, Field(gt=0, le=100_000)]
+PromptN = Annotated[int, Field(gt=0, le=MAX_PROMPTS_PER_TRIAL)]
+Tokens = Annotated[int, Field(gt=0, le=10_000_000)]
+Parallel = Annotated[int, Field(gt=0, le=1024)]
 
 
 class Hardware(_Model):
     """What the experiment must run on; checked against what is found."""
 
     accelerator: str | None = Field(None, description="expected accelerator model, e.g. 'NVIDIA A100-SXM4-80GB'; null for CPU-only")
-    count: NonNegInt = Field(0, description="expected number of accelerators (0 for a CPU run)")
+    count: Annotated[int, Field(ge=0, le=4096)] = Field(0, description="expected number of accelerators (0 for a CPU run)")
     notes: str = ""
 
     @model_validator(mode="after")
@@ -78,12 +89,12 @@ class EngineArgs(_Model):
     max_num_batched_tokens: PosInt | None = None
     max_num_seqs: PosInt | None = None
     long_prefill_token_threshold: NonNegInt | None = None
-    tensor_parallel_size: PosInt = 1
-    pipeline_parallel_size: PosInt = 1
-    data_parallel_size: PosInt = 1
+    tensor_parallel_size: Parallel = 1
+    pipeline_parallel_size: Parallel = 1
+    data_parallel_size: Parallel = 1
     enforce_eager: bool = False
     block_size: PosInt | None = None
-    seed: int | None = None
+    seed: Annotated[int, Field(ge=0, le=2**32 - 1)] | None = None  # numpy's seed range, which vLLM seeds
     extra: list[str] = Field(default_factory=list, description="further CLI arguments passed to the server as given")
 
 
@@ -213,8 +224,8 @@ def _check_extra_body(v: Any) -> Any:
 
 class Workload(_Model):
     dataset: Literal["random"] = "random"
-    input_len: PosInt
-    output_len: PosInt
+    input_len: Tokens
+    output_len: Tokens
     range_ratio: Annotated[float, Field(ge=0, lt=1)] = 0.0
     seed: int
     request_rate: Annotated[Union[Literal["inf"], Annotated[float, Field(gt=0)]], BeforeValidator(_check_request_rate)] = "inf"
@@ -239,7 +250,7 @@ class Workload(_Model):
 
 
 class PromptsMultiple(_Model):
-    per_concurrency: PosInt = Field(description="prompts per point = this x the concurrency")
+    per_concurrency: PromptN = Field(description="prompts per point = this x the concurrency")
 
 
 def _prompts_kind(v: Any) -> str:
@@ -253,7 +264,7 @@ def _prompts_kind(v: Any) -> str:
     return "Table"
 
 
-PromptCount = Annotated[Union[Annotated[dict[PosInt, PosInt], Tag("Table")], Annotated[PromptsMultiple, Tag("Multiple")]],
+PromptCount = Annotated[Union[Annotated[dict[Concurrency, PromptN], Tag("Table")], Annotated[PromptsMultiple, Tag("Multiple")]],
                         Discriminator(_prompts_kind)]
 
 
@@ -264,15 +275,15 @@ def _prompts_for(prompts: PromptCount, point: int) -> int | None:
 
 
 class Warmup(_Model):
-    requests: NonNegInt = 0
-    concurrency: PosInt | None = None
+    requests: Annotated[int, Field(ge=0, le=MAX_PROMPTS_PER_TRIAL)] = 0
+    concurrency: Concurrency | None = None
     when: Literal["once", "each_trial"] = "once"
 
 
 class Sweep(_Model):
-    points: list[PosInt] = Field(description="max_concurrency values, ascending")
+    points: list[Concurrency] = Field(description="max_concurrency values, ascending")
     prompts: PromptCount
-    repeats: PosInt = 1
+    repeats: Annotated[int, Field(gt=0, le=MAX_TRIALS)] = 1
     order: Literal["balanced", "fixed", "shuffled"] = "balanced"
     order_seed: int | None = None
     warmup: Warmup = Field(default_factory=Warmup)
@@ -292,6 +303,12 @@ class Sweep(_Model):
         missing = [p for p in self.points if _prompts_for(self.prompts, p) is None]
         if missing:
             raise ValueError(f"@prompts: no prompt count for point(s) {missing}")
+        over = [p for p in self.points if (_prompts_for(self.prompts, p) or 0) > MAX_PROMPTS_PER_TRIAL]
+        if over:
+            raise ValueError(f"@prompts: more than {MAX_PROMPTS_PER_TRIAL:,} prompts in one trial at point(s) {over}")
+        if len(self.points) * self.repeats > MAX_TRIALS:
+            raise ValueError(f"@repeats: {len(self.points)} points x {self.repeats} repeats is "
+                             f"{len(self.points) * self.repeats:,} trials; a run holds at most {MAX_TRIALS:,}")
         if isinstance(self.prompts, dict):
             extra = sorted(set(self.prompts) - set(self.points))
             if extra:
@@ -339,7 +356,7 @@ class ProfileWindow(_Model):
 class Profile(_Model):
     enabled: bool = False
     tool: Literal["torch", "nsys"] = "torch"
-    points: list[PosInt] = Field(default_factory=list)
+    points: list[Concurrency] = Field(default_factory=list)
     prompts: PromptCount | None = None
     window: ProfileWindow = Field(default_factory=ProfileWindow)
     kernel_families: list[FamilyRule] = Field(default_factory=list)
@@ -349,8 +366,8 @@ class Profile(_Model):
 
 
 class Comparison(_Model):
-    a: PosInt
-    b: PosInt
+    a: Concurrency
+    b: Concurrency
 
     @model_validator(mode="after")
     def _distinct(self) -> "Comparison":
@@ -423,6 +440,15 @@ class Spec(_Model):
                 problems.append(f"@engine.args.max_model_len: is {self.engine.args.max_model_len} but the workload needs {need} tokens (input_len + output_len)")
         if self.sweep.warmup.concurrency and self.sweep.warmup.requests == 0:
             problems.append("@sweep.warmup.requests: is 0 but sweep.warmup.concurrency is set")
+        wu = self.sweep.warmup
+        if self.total_prompts + wu.requests * (self.trial_count if wu.when == "each_trial" else 1) > MAX_PROMPTS_PER_RUN:
+            problems.append(f"@sweep.prompts: the run would send more than {MAX_PROMPTS_PER_RUN:,} prompts "
+                            "(all trials plus warm-up); split it into several specs")
+        a, hw = self.engine.args, self.hardware
+        gpus = a.tensor_parallel_size * a.pipeline_parallel_size * a.data_parallel_size
+        if self.engine.kind == "vllm" and hw.count > 0 and gpus > hw.count:
+            problems.append(f"@engine.args.tensor_parallel_size: tensor x pipeline x data parallel sizes need {gpus} "
+                            f"accelerators but hardware.count is {hw.count}")
         if problems:
             raise ValueError("\n".join(problems))
         return self
@@ -459,8 +485,8 @@ def load_spec(path: str | Path) -> Spec:
         raise SpecError(str(path), [(None, "", "this is a folder; give a spec file (YAML)")])
     try:
         src = read_yaml(p)
-    except UnicodeDecodeError:
-        raise SpecError(str(path), [(None, "", "the file is not UTF-8 text")]) from None
+    except OSError as exc:
+        raise SpecError(str(path), [(None, "", f"cannot read the file: {exc.strerror or exc}")]) from None
     except YamlSourceError as exc:
         raise SpecError(str(path), [(pos, "", msg) for pos, msg in exc.problems]) from None
     return spec_from_located(src, str(path))

@@ -50,6 +50,7 @@ def register(app: typer.Typer) -> None:
         130 interrupted.
         """
         from evidence.cli.main import err, fail, load_spec_or_exit, out
+        from evidence.run.progress import next_command, results_table
         from evidence.run.runner import RunError, run_experiment
 
         load_spec_or_exit(spec)
@@ -77,14 +78,19 @@ def register(app: typer.Typer) -> None:
             "trials_with_failed_requests": outcome.trials_failed,
             "message": outcome.message,
             "exit_code": outcome.exit_code,
+            "points": outcome.points,
+            "next": next_command(outcome.status, outcome.run_dir, spec),
         }
         if as_json:
             sys.stdout.write(dumps(res))
         else:
             colour = "green" if outcome.exit_code == 0 else "yellow"
+            if outcome.points:
+                out.print(results_table(outcome.points))
             out.print(f"[{colour}]{outcome.status}[/]: {outcome.run_dir} ({len(outcome.trials_done)} trials recorded)")
             if outcome.trials_failed:
                 out.print(f"[yellow]trials with failed requests:[/] {', '.join(outcome.trials_failed)}")
             if outcome.message:
                 out.print(outcome.message)
+            out.print(res["next"], highlight=False)
         raise typer.Exit(outcome.exit_code)

@@ -106,9 +106,8 @@ def results_table(rows: list[dict[str, Any]]):
     """The rows as a rich table (medians over each point's trials; '-' where a percentile was not computed)."""
     from rich.table import Table
 
-    tab = Table(title="per point (median over its trials)", title_justify="left")
-    for col in ("point", "trials", "output tok/s", "TTFT p50 ms", "TTFT p99 ms", "TPOT p50 ms", "TPOT p99 ms",
-                "failed"):
+    tab = Table(title="per point: medians over its trials (output tok/s; TTFT and TPOT in ms)", title_justify="left")
+    for col in ("point", "trials", "tok/s", "TTFT p50", "TTFT p99", "TPOT p50", "TPOT p99", "failed"):
         tab.add_column(col, justify="right")
     for r in rows:
         tab.add_row(f"C{r['point']}", str(r["trials"]),

@@ -22,7 +22,7 @@ from evidence.canon import read_json, sha256_file, write_atomic, write_json
 from evidence.records import write_records
 from evidence.run.interleave import run_interleaved
 from evidence.run.prepare import find_resumable, prepare_run_dir, set_status
-from evidence.run.progress import Progress
+from evidence.run.progress import Progress, point_rows
 from evidence.run.provenance.pins import refusal_message
 from evidence.run.session import Hooks, RunError, log_tail, make_prompts, start_engine, warmup_failure
 from evidence.run.session import served_name as _served  # the name the load-generator call lines use
@@ -41,6 +41,7 @@ class RunOutcome:
     trials_failed: list[str] = field(default_factory=list)  # complete, but with failed requests
     resumed: bool = False
     message: str = ""
+    points: list[dict] = field(default_factory=list)  # per point: medians of its complete trials (progress.point_rows)
 
     @property
     def exit_code(self) -> int:
@@ -150,6 +151,7 @@ def run_experiment(
             engine.stop()
         except Exception:  # stopping must never hide the real outcome
             pass
+    outcome.points = point_rows(rd, list(plan.trials))
     return outcome
 
 

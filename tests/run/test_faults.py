@@ -1,0 +1,173 @@
+"""The runner under faults and with the user's own commands (issue 14): pin refusals that say what
+was probed and what to do, a warm-up that shows the server's answer, a run directory cut off in
+its first milliseconds, one line per trial without a progress bar, the closing table."""
+
+from __future__ import annotations
+
+import io
+import sys
+from pathlib import Path
+
+import pytest
+from rich.console import Console
+
+from evidence.canon import read_json
+from evidence.run import prepare
+from evidence.run.runner import RunError, run_experiment
+from evidence.tools.standin import StandinServer
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from test_run import ROOT, events, trial_ids, write_spec  # noqa: E402
+
+
+def _console() -> tuple[Console, io.StringIO]:
+    buf = io.StringIO()
+    return Console(file=buf, width=300, color_system=None), buf
+
+
+def test_engine_pin_refusal_names_the_python_probed_and_the_next_steps(tmp_path):
+    spec = tmp_path / "s.yaml"
+    spec.write_text(f"""
+name: pins
+title: a vLLM pin this Python cannot satisfy
+hardware: {{count: 0}}
+engine: {{kind: vllm, version: 0.27.1, launch: {{python: {sys.executable}}}}}
+model: {{id: tiny, path: {tmp_path}}}
+code: {{allow_dirty: true}}
+workload: {{input_len: 8, output_len: 4, seed: 1}}
+sweep: {{points: [1], prompts: {{per_concurrency: 1}}}}
+""", encoding="utf-8")
+    with pytest.raises(RunError) as ei:
+        run_experiment(spec, runs_dir=tmp_path / "runs", repo_root=ROOT, progress=False)
+    msg = str(ei.value)
+    assert "engine version: requested '0.27.1', found nothing" in msg
+    assert f"probed the Python {sys.executable}" in msg and "--which" in msg and "no vLLM installed" in msg
+    for step in ("engine.launch.python", "evidence engine install-cpu", "--allow-drift"):
+        assert step in msg, step
+    assert "found None" not in msg
+
+
+def test_code_pin_refusal_points_at_article_commit(tmp_path):
+    spec = write_spec(tmp_path / "s.yaml", base_url="http://127.0.0.1:9", served="x", model_dir=tmp_path)
+    text = spec.read_text().replace("code:\n  allow_dirty: true", "code:\n  allow_dirty: true\n  commit: '" + "1" * 40 + "'")
+    spec.write_text(text)
+    with pytest.raises(RunError) as ei:
+        run_experiment(spec, runs_dir=tmp_path / "runs", repo_root=ROOT, progress=False)
+    msg = str(ei.value)
+    assert "code commit: requested '1111" in msg and "code.article_commit" in msg and "--allow-drift" in msg
+
+
+def test_warmup_that_all_fails_stops_before_the_sweep_with_the_servers_answer(tmp_path, tiny_model, monkeypatch):
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    with StandinServer(fault="http401", model="standin") as url:
+        spec = write_spec(tmp_path / "s.yaml", base_url=url, served="standin", model_dir=tiny_model, warmup=3)
+        with pytest.raises(RunError) as ei:
+            run_experiment(spec, runs_dir=tmp_path / "runs", repo_root=ROOT, progress=False, run_id="w")
+    msg = str(ei.value)
+    assert "all 3 warm-up requests failed" in msg and "HTTP 401" in msg and "OPENAI_API_KEY" in msg
+    rd = tmp_path / "runs" / "w"
+    assert not (rd / "trials").exists() or trial_ids(rd) == []
+    assert [e for e in events(rd) if e["event"] == "warmup_failed"]
+    assert not any(e["event"] == "trial_start" for e in events(rd))
+    assert read_json(rd / "run.json")["status"] == "incomplete"
+
+
+def test_a_warmup_with_some_successes_goes_on(tmp_path, tiny_model):
+    from evidence.run.session import warmup_failure
+    from evidence.records import RequestRecord
+
+    spec = write_spec(tmp_path / "s.yaml", base_url="http://x", served="standin", model_dir=tiny_model)
+    from evidence.spec.model import load_spec
+
+    s = load_spec(spec)
+    ok = RequestRecord(i=0, phase="warmup", prompt_len=1, max_tokens=1, intended_s=0, slot_wait_s=0, send_s=0, ok=True)
+    bad = RequestRecord(i=1, phase="warmup", prompt_len=1, max_tokens=1, intended_s=0, slot_wait_s=0, send_s=0,
+                        status=404, error="model not found")
+    assert warmup_failure([ok, bad], s) is None
+    why = warmup_failure([bad, bad], s)
+    assert "HTTP 404" in why and "served_name" in why
+    assert warmup_failure([], s) is None
+
+
+def _stillborn(rd: Path, spec: Path) -> None:
+    """What a kill -9 in a run's first milliseconds left with older versions: the first files, no run.json."""
+    rd.mkdir(parents=True)
+    (rd / "spec.yaml").write_bytes(spec.read_bytes())
+    (rd / ".plan.json.abc123.tmp").write_text("{")
+
+
+def test_a_folder_without_run_json_is_cleaned_and_the_run_starts_afresh(tmp_path, tiny_model):
+    con, buf = _console()
+    with StandinServer(model="standin") as url:
+        spec = write_spec(tmp_path / "s.yaml", base_url=url, served="standin", model_dir=tiny_model, points=(1,),
+                          repeats=1, warmup=0)
+        rd = tmp_path / "runs" / "k"
+        _stillborn(rd, spec)
+        with pytest.raises(RunError) as ei:  # --resume on it: nothing to resume, and says what to do
+            run_experiment(spec, runs_dir=tmp_path / "runs", repo_root=ROOT, progress=False, resume=rd)
+        assert "no run.json" in str(ei.value) and "--run-id" in str(ei.value)
+        out = run_experiment(spec, runs_dir=tmp_path / "runs", repo_root=ROOT, progress=False, run_id="k",
+                             console=con)
+        assert out.status == "complete" and trial_ids(rd) == ["r1-c1"]
+        assert "had no run.json" in buf.getvalue() and "starts afresh" in buf.getvalue()
+        # without --run-id: a stillborn folder of this spec is cleaned too, one of another spec is left alone
+        other = tmp_path / "other.yaml"
+        other.write_text(spec.read_text() + "\n# another spec\n")
+        _stillborn(tmp_path / "runs" / "mine", spec)
+        _stillborn(tmp_path / "runs" / "theirs", other)
+        (tmp_path / "runs" / "k" / "run.json").unlink()  # (k is now a folder that is not a run either)
+        out2 = run_experiment(spec, runs_dir=tmp_path / "runs", repo_root=ROOT, progress=False)
+        assert out2.status == "complete"
+    assert not (tmp_path / "runs" / "mine").exists() and (tmp_path / "runs" / "theirs").exists()
+    assert (tmp_path / "runs" / "k").exists()  # it held trials: not stillborn, never removed
+
+
+def test_creation_is_atomic_a_kill_while_writing_leaves_no_run_folder(tmp_path, tiny_model, monkeypatch):
+    spec = write_spec(tmp_path / "s.yaml", base_url="http://127.0.0.1:9", served="x", model_dir=tiny_model)
+    real = prepare.write_json
+    calls = []
+
+    def die_on_run_json(path, obj, *a, **k):
+        calls.append(Path(path).name)
+        if Path(path).name == "run.json":
+            raise KeyboardInterrupt  # as if killed right there
+        return real(path, obj, *a, **k)
+
+    monkeypatch.setattr(prepare, "write_json", die_on_run_json)
+    with pytest.raises(KeyboardInterrupt):
+        run_experiment(spec, runs_dir=tmp_path / "runs", repo_root=ROOT, progress=False, run_id="a")
+    assert not (tmp_path / "runs" / "a").exists()
+    assert [p.name for p in (tmp_path / "runs").iterdir()] == [f".creating-a-{__import__('os').getpid()}"]
+    monkeypatch.setattr(prepare, "write_json", real)
+    rd, resumed = prepare.prepare_run_dir(__import__("evidence.spec.model", fromlist=["load_spec"]).load_spec(spec),
+                                          spec, tmp_path / "runs", run_id="a", resume=None)
+    assert not resumed and (rd.path / "run.json").is_file()
+    assert sorted(p.name for p in (tmp_path / "runs").iterdir()) == ["a"]
+
+
+def test_no_progress_prints_one_line_per_trial_and_the_outcome_has_the_point_table(tmp_path, tiny_model):
+    con, buf = _console()
+    with StandinServer(model="standin", itl_s=0.001) as url:
+        spec = write_spec(tmp_path / "s.yaml", base_url=url, served="standin", model_dir=tiny_model)
+        out = run_experiment(spec, runs_dir=tmp_path / "runs", repo_root=ROOT, progress=False, console=con)
+    lines = [ln for ln in buf.getvalue().splitlines() if ln.startswith("[")]
+    assert len(lines) == 4 and lines[0].startswith("[1/4] ") and lines[-1].startswith("[4/4] ")
+    assert all(" tok/s, TTFT p50 " in ln and " 0 failed" in ln for ln in lines)
+    assert [r["point"] for r in out.points] == [1, 4]
+    for r in out.points:
+        assert r["trials"] == 2 and r["failed"] == 0 and r["output_tok_s"] > 0
+        assert r["ttft_p50_ms"] <= r["ttft_p99_ms"] and r["tpot_p50_ms"] <= r["tpot_p99_ms"]
+
+
+def test_cli_run_ends_with_the_table_and_the_next_command(tmp_path, tiny_model):
+    from typer.testing import CliRunner
+
+    from evidence.cli.main import app
+
+    with StandinServer(model="standin") as url:
+        spec = write_spec(tmp_path / "s.yaml", base_url=url, served="standin", model_dir=tiny_model, repeats=1)
+        r = CliRunner().invoke(app, ["run", str(spec), "--runs-dir", str(tmp_path / "runs"), "--run-id", "t",
+                                     "--no-progress"])
+    assert r.exit_code == 0, r.output
+    assert "TTFT p99" in r.output and "│    C4 │" in r.output
+    assert f"next: evidence report {tmp_path / 'runs' / 't'}" in r.output

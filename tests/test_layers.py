@@ -29,10 +29,11 @@ ALLOWED: dict[str, set[str]] = {
     "figures": {"analysis", "traces", "metrics", "spec"},
     "report": {"figures", "analysis", "traces", "metrics", "spec"},
     "derive": {"report", "figures", "analysis", "traces", "metrics", "spec"},
+    "interop": {"spec", "metrics"},
     "run": {"engines", "loadgen", "metrics", "spec", "traces"},
     "release": {"derive", "report", "figures", "analysis", "traces", "metrics", "spec"},
     "cli": {"release", "derive", "report", "figures", "analysis", "traces", "metrics", "spec", "run", "engines",
-            "loadgen", "tools"},
+            "loadgen", "tools", "interop"},
 }
 
 

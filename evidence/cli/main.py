@@ -159,6 +159,7 @@ COMMAND_MODULES = (
     "evidence.cli.analysis",
     "evidence.cli.trace",
     "evidence.cli.release",
+    "evidence.cli.interop",
     "evidence.cli.engine",
 )
 

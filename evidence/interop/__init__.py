@@ -1,0 +1,1 @@
+"""Formats users already have: results of `vllm bench serve` in (import) and out (export)."""

@@ -1,0 +1,305 @@
+"""Results of `vllm bench serve` in and out: the format these users already have on disk.
+
+Import: files written by `vllm bench serve --save-result` (per-request lists present with
+`--save-detailed`) become a run directory that analyze, report, compare and freeze accept.
+- points are the files' `max_concurrency`; repeats are their order in time (`date`, then file name);
+- with per-request lists (start_times, ttfts, itls, output_lens, input_lens, errors) every request
+  becomes a RequestRecord: send = start_time, first chunk = send + ttft, later chunks at the
+  cumulative ITLs (one per streamed chunk, as vLLM measured them), end = the last chunk;
+- what vLLM does not record is absent with the reason (the intended send time and the wait for a
+  concurrency slot are not in the file; the HTTP status is not either), listed in each trial's
+  meta.json under `not_recorded`;
+- a file without per-request lists keeps its aggregates verbatim, and its trial is absent from the
+  analysis with that reason (nothing is reconstructed from means);
+- the original files are kept byte for byte under `imported/`.
+
+Export: every trial of a run as vLLM's result JSON (`output_throughput`, `mean_ttft_ms`,
+`p99_ttft_ms`, `completed`, `max_concurrency`, ...) with vLLM's definitions, computed from our
+records, plus the per-request lists of `--save-detailed`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import re
+import shutil
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+
+from evidence.canon import dumps, write_atomic, write_json
+from evidence.metrics import distribution_ms, pct_key, trial_metrics
+from evidence.records import RequestRecord, read_records, write_records
+from evidence.rundir import RunDir
+from evidence.spec.model import spec_from_json, spec_to_json
+
+MAX_FILE_BYTES = 1 << 30  # a --save-detailed file of 1M requests is ~200 MB; refuse anything absurd
+DETAILED = ("start_times", "ttfts", "itls", "output_lens", "input_lens")
+NOT_RECORDED = {
+    "intended_s": "vllm bench serve does not record when a request was due; taken as its send time",
+    "slot_wait_s": "vllm bench serve does not record the wait for a concurrency slot; recorded as 0 and not "
+                   "reported as a measurement",
+    "status": "vllm bench serve does not record HTTP status codes; only its error text",
+    "prompt_tokens": "input_lens are the client's prompt lengths, not the server's usage.prompt_tokens",
+}
+VLLM_DATE = "%Y%m%d-%H%M%S"
+
+
+class InteropError(Exception):
+    """Input that cannot be imported or exported; one paragraph for the user."""
+
+
+@dataclass(frozen=True)
+class BenchFile:
+    path: Path
+    data: dict
+    when: datetime | None
+
+    @property
+    def point(self) -> int:
+        return int(self.data["max_concurrency"])
+
+    @property
+    def detailed(self) -> bool:
+        return all(isinstance(self.data.get(k), list) for k in DETAILED)
+
+
+def _read(path: Path) -> BenchFile:
+    if not path.is_file():
+        raise InteropError(f"{path} is not a file; give result files written by `vllm bench serve --save-result`.")
+    if path.stat().st_size > MAX_FILE_BYTES:
+        raise InteropError(f"{path} is {path.stat().st_size:,} bytes, over the {MAX_FILE_BYTES:,}-byte limit of one "
+                           "result file.")
+    try:
+        data = json.loads(path.read_bytes())
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise InteropError(f"{path} is not JSON ({e}); give result files of `vllm bench serve --save-result`.") from None
+    if not isinstance(data, dict) or "completed" not in data or "duration" not in data:
+        raise InteropError(f"{path} is not a `vllm bench serve` result: it has no 'completed' and 'duration' keys.")
+    mc = data.get("max_concurrency")
+    if not isinstance(mc, int) or isinstance(mc, bool) or mc <= 0:
+        raise InteropError(f"{path} has max_concurrency {mc!r}; this importer maps points to max_concurrency, so each "
+                           "file needs one (run vllm bench serve with --max-concurrency).")
+    when = None
+    if isinstance(data.get("date"), str):
+        try:
+            when = datetime.strptime(data["date"], VLLM_DATE)
+        except ValueError:
+            when = None
+    if data.get("detailed") is not None or any(k in data for k in DETAILED):
+        lens = {k: len(data[k]) for k in DETAILED if isinstance(data.get(k), list)}
+        if len(set(lens.values())) > 1:
+            raise InteropError(f"{path}: the per-request lists have different lengths {lens}; the file is damaged.")
+    return BenchFile(path, data, when)
+
+
+def _records(f: BenchFile) -> list[RequestRecord]:
+    d = f.data
+    starts = [float(x) for x in d["start_times"]]
+    t0 = min(starts) if starts else 0.0
+    errors = d.get("errors") or [""] * len(starts)
+    out = []
+    for i, (st, ttft, itl, olen, ilen) in enumerate(zip(starts, d["ttfts"], d["itls"], d["output_lens"],
+                                                         d["input_lens"])):
+        err = errors[i] if i < len(errors) else ""
+        ok = not err and ttft is not None and ttft > 0
+        send = st - t0
+        rec = RequestRecord(i=i, phase="measure", prompt_len=int(ilen), max_tokens=int(olen) if olen else 0,
+                            intended_s=send, slot_wait_s=0.0, send_s=send, ok=bool(ok), error=err or None)
+        if ok:
+            first = send + float(ttft)
+            chunks = [first]
+            for g in itl or []:
+                chunks.append(chunks[-1] + float(g))
+            rec.first_chunk_s, rec.chunk_s, rec.end_s = first, chunks, chunks[-1]
+            rec.completion_tokens = int(olen)
+            rec.chunk_count = len(chunks)
+            rec.finish_reason = "length"
+        out.append(rec)
+    return out
+
+
+def _spec_dict(files: list[BenchFile], name: str) -> dict:
+    first = files[0].data
+    points = sorted({f.point for f in files})
+    prompts = {}
+    for f in files:
+        prompts.setdefault(f.point, int(f.data.get("num_prompts") or f.data["completed"] + f.data.get("failed", 0)))
+    repeats = max(sum(1 for f in files if f.point == p) for p in points)
+
+    def mean_len(key: str, total: str) -> int:
+        vals = [x for f in files if f.detailed for x in f.data[key] if x]
+        if vals:
+            return max(1, round(float(np.mean(vals))))
+        n = sum(f.data["completed"] for f in files)
+        return max(1, round(sum(f.data.get(total) or 0 for f in files) / n)) if n else 1
+
+    rate = first.get("request_rate", "inf")
+    rate = "inf" if rate in ("inf", None) or (isinstance(rate, float) and math.isinf(rate)) else float(rate)
+    return {
+        "name": name,
+        "title": f"Imported from vllm bench serve ({len(files)} result file(s))",
+        "description": "Imported by `evidence import vllm-bench`; the original files are under imported/. "
+                       "The server and client settings are what the files record, no more.",
+        "engine": {"kind": "endpoint", "base_url": "http://imported.invalid/",
+                   "version": first.get("vllm_version") if isinstance(first.get("vllm_version"), str) else None},
+        "model": {"id": str(first.get("model_id") or "unknown"),
+                  "tokenizer": first.get("tokenizer_id") if isinstance(first.get("tokenizer_id"), str) else None},
+        "code": {"allow_dirty": True},
+        "workload": {"input_len": mean_len("input_lens", "total_input_tokens"),
+                     "output_len": mean_len("output_lens", "total_output_tokens"), "seed": 0,
+                     "request_rate": rate, "burstiness": float(first.get("burstiness") or 1.0)
+                     if rate != "inf" else 1.0, "temperature": None},
+        "sweep": {"points": points, "prompts": {str(p): n for p, n in prompts.items()}, "repeats": repeats,
+                  "order": "fixed"},
+        "analysis": {"comparisons": [], "latency_metrics": ["ttft", "tpot", "itl", "e2el"],
+                     "percentiles": [50, 90, 99]},
+    }
+
+
+def import_vllm_bench(paths: Sequence[Path], out: Path, *, name: str | None = None) -> Path:
+    """Write a run directory at `out` from vllm bench serve result files; returns `out`."""
+    if not paths:
+        raise InteropError("give at least one result file of `vllm bench serve --save-result`.")
+    out = Path(out)
+    if out.exists():
+        raise InteropError(f"{out} already exists; importing never overwrites a run. Choose a new --out folder.")
+    files = sorted((_read(Path(p)) for p in paths), key=lambda f: (f.when or datetime.min, f.path.name))
+    digests = [hashlib.sha256(f.path.read_bytes()).hexdigest() for f in files]
+    if len(set(digests)) != len(digests):
+        raise InteropError("the same result file was given twice (identical bytes); each file is one trial.")
+    name = name or re.sub(r"[^a-z0-9._-]+", "-", out.name.lower()).strip("-") or "vllm-bench-import"
+    try:
+        spec = spec_from_json(json.dumps(_spec_dict(files, name)))
+    except Exception as e:
+        raise InteropError(f"the files do not describe a valid experiment: {str(e).splitlines()[0]}") from None
+
+    tmp = out.with_name(f".{out.name}.importing")
+    shutil.rmtree(tmp, ignore_errors=True)
+    rd = RunDir(tmp)
+    tmp.mkdir(parents=True)
+    spec_json = spec_to_json(spec)
+    write_atomic(rd.spec_yaml, spec_json)
+    write_atomic(rd.spec_resolved, spec_json)
+    seen: dict[int, int] = {}
+    trials, skipped = [], []
+    for idx, f in enumerate(files):
+        seen[f.point] = seen.get(f.point, 0) + 1
+        rep = seen[f.point]
+        pos = 1 + sum(1 for t in trials if t["repeat"] == rep)
+        t = {"index": idx, "repeat": rep, "point": f.point, "position": pos, "seed": 0,
+             "prompts": int(f.data.get("num_prompts") or len(f.data.get("start_times") or [])),
+             "id": f"r{rep}-c{f.point}", "source": f.path.name}
+        trials.append(t)
+        (tmp / "imported").mkdir(exist_ok=True)
+        shutil.copyfile(f.path, tmp / "imported" / f"{idx:03d}-{f.path.name}")
+        if not f.detailed:
+            skipped.append(f"{t['id']} ({f.path.name}: no per-request lists; rerun with --save-detailed)")
+            continue
+        recs = _records(f)
+        d = rd.trials_dir / t["id"]
+        d.mkdir(parents=True)
+        write_records(d / "requests.jsonl", recs)
+        write_json(d / "meta.json", {"trial": {k: t[k] for k in ("index", "repeat", "point", "position",
+                                                                 "prompts", "seed", "id")},
+                                     "client": {"name": "vllm bench serve", "max_concurrency": f.point,
+                                                "request_rate": f.data.get("request_rate")},
+                                     "imported_from": f.path.name, "not_recorded": NOT_RECORDED,
+                                     "vllm_aggregates": {k: v for k, v in f.data.items()
+                                                         if not isinstance(v, list)}})
+        summary = trial_metrics(recs, spec.analysis.percentiles)
+        summary["trial_id"] = t["id"]
+        write_json(d / "summary.json", summary)
+    write_json(rd.plan_json, {"order": "imported", "note": "trials in the files' order in time; repeat k of a point "
+                              "is its k-th file in time", "trials": trials})
+    write_json(rd.run_json, {"run_id": out.name, "spec_name": spec.name,
+                             "spec_sha256": hashlib.sha256(spec_json.encode()).hexdigest(),
+                             "status": "complete" if not skipped else "incomplete",
+                             "imported": {"tool": "vllm bench serve",
+                                          "files": [{"name": f.path.name, "sha256": h}
+                                                    for f, h in zip(files, digests)],
+                                          "without_requests": skipped}})
+    tmp.rename(out)
+    return out
+
+
+# ------------------------------------------------------------------ export ----
+
+
+def _dist(name: str, samples_s: Sequence[float], pcts: Sequence[float]) -> dict[str, float]:
+    # our one definition (evidence.metrics) under vLLM's key names; vLLM writes 0 for an empty
+    # distribution, we leave its keys out instead (absent, never zero)
+    d = distribution_ms(samples_s, pcts)
+    if d is None:
+        return {}
+    out = {f"{k}_{name}_ms": d[k] for k in ("mean", "median", "std")}
+    out.update({f"{pct_key(p)}_{name}_ms": d[pct_key(p)] for p in pcts})
+    return out
+
+
+def trial_as_vllm_result(recs: Sequence[RequestRecord], meta: dict, spec: Any,
+                         percentiles: Sequence[float] = (50, 90, 99)) -> dict:
+    """One trial in vLLM's result-JSON shape, with vLLM's definitions (see the module docstring)."""
+    rs = [r for r in recs if r.phase == "measure"]
+    ok = [r for r in rs if r.ok and r.chunk_s]
+    m = trial_metrics(rs, percentiles)
+    dur = m.get("duration_s")
+    out_tok = sum(r.completion_tokens or 0 for r in ok)
+    in_tok = sum((r.prompt_tokens if r.prompt_tokens is not None else r.prompt_len) for r in ok)
+    ttft = [r.first_chunk_s - r.send_s for r in ok if r.first_chunk_s is not None]
+    e2el = [r.chunk_s[-1] - r.send_s for r in ok]
+    tpot = [(r.chunk_s[-1] - r.first_chunk_s) / (r.completion_tokens - 1) for r in ok
+            if r.completion_tokens and r.completion_tokens > 1 and r.first_chunk_s is not None]
+    itl = [b - a for r in ok for a, b in zip(r.chunk_s, r.chunk_s[1:])]
+    trial = meta.get("trial", {})
+    res: dict[str, Any] = {
+        "backend": "evidence", "endpoint_type": "evidence", "label": trial.get("id"),
+        "model_id": spec.model.id, "tokenizer_id": spec.model.tokenizer or spec.model.id,
+        "num_prompts": len(rs), "request_rate": spec.workload.request_rate,
+        "burstiness": spec.workload.burstiness, "max_concurrency": trial.get("point"),
+        "duration": dur, "completed": len(ok), "failed": len(rs) - len(ok),
+        "total_input_tokens": in_tok, "total_output_tokens": out_tok,
+    }
+    if dur:
+        res.update(request_throughput=len(ok) / dur, output_throughput=out_tok / dur,
+                   total_token_throughput=(in_tok + out_tok) / dur)
+    for name, xs in (("ttft", ttft), ("tpot", tpot), ("itl", itl), ("e2el", e2el)):
+        res.update(_dist(name, xs, percentiles))
+    res.update(input_lens=[r.prompt_len for r in rs], output_lens=[r.completion_tokens or 0 for r in rs],
+               ttfts=[(r.first_chunk_s - r.send_s) if r.ok and r.first_chunk_s is not None else 0.0 for r in rs],
+               itls=[[b - a for a, b in zip(r.chunk_s, r.chunk_s[1:])] if r.ok else [] for r in rs],
+               start_times=[r.send_s for r in rs], errors=[r.error or "" for r in rs])
+    res["evidence"] = {"duration": "first send to the end of the last completed request (vLLM measures from "
+                                   "before the first send to after the last response)",
+                       "absent": "a distribution with no sample is left out (vLLM writes 0)"}
+    return res
+
+
+def export_vllm_bench(run_dir: Path, out_dir: Path) -> list[Path]:
+    """Write one vLLM result JSON per present trial of a run; returns the files, in plan order."""
+    rd = RunDir(Path(run_dir))
+    if not rd.spec_resolved.is_file() or not rd.plan_json.is_file():
+        raise InteropError(f"{run_dir} is not a run directory (no spec.resolved.json or plan.json).")
+    spec = spec_from_json(rd.spec_resolved.read_text(encoding="utf-8"))
+    plan = json.loads(rd.plan_json.read_text(encoding="utf-8"))
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    written = []
+    for t in plan["trials"]:
+        d = rd.trials_dir / str(t["id"])
+        if not (d / "summary.json").is_file():
+            continue
+        meta = json.loads((d / "meta.json").read_text(encoding="utf-8")) if (d / "meta.json").is_file() else {}
+        meta.setdefault("trial", t)
+        res = trial_as_vllm_result(read_records(d / "requests.jsonl"), meta, spec, spec.analysis.percentiles)
+        p = out_dir / f"{rd.id}-{t['id']}.json"
+        write_atomic(p, dumps(res))
+        written.append(p)
+    if not written:
+        raise InteropError(f"{run_dir} has no complete trial to export.")
+    return written

@@ -186,8 +186,8 @@ def _rss_mb() -> float:
 def measure_one(path: Path) -> dict:
     """In this (fresh) process: ingest and analyze, with timings and peak RSS."""
     sys.path.insert(0, str(ROOT))
-    from evidence.traces.analyses.core import analyze_trace
-    from evidence.traces.model import load_trace
+    from evidence.traces.analyses import analyze_trace
+    from evidence.traces.load import load_trace
 
     def cpu() -> float:
         r = resource.getrusage(resource.RUSAGE_SELF)

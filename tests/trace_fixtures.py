@@ -360,6 +360,6 @@ def with_kernels(sc: Scenario, **changes) -> Scenario:
 @functools.lru_cache(maxsize=None)
 def real_trace(name: str):
     """A real H200 trace, loaded once per test session (each takes seconds to parse)."""
-    from evidence.traces.model import load_trace
+    from evidence.traces.load import load_trace
 
     return load_trace(REAL / name)

@@ -17,8 +17,9 @@ from rich.console import Console
 from rich.table import Table
 
 from evidence.canon import dumps
-from evidence.traces.analyses.core import DEFAULT_RULES, analyze_trace, load_rules
-from evidence.traces.model import TraceError, load_trace
+from evidence.traces.analyses import DEFAULT_RULES, analyze_trace, load_rules
+from evidence.traces.load import load_trace
+from evidence.traces.model import TraceError
 
 _UNITS = {"ns": 1, "us": 1_000, "ms": 1_000_000, "s": 1_000_000_000}
 _REL = re.compile(r"^\+(\d+(?:\.\d+)?)(ns|us|ms|s)?$")

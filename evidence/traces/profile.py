@@ -16,11 +16,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from evidence.traces.analyses import core as pa
+from evidence.traces import analyses as pa
 from evidence.canon import read_json
 from evidence.records import read_records
 from evidence.spec.model import Spec, spec_from_json
-from evidence.traces.model import TraceError, load_trace
+from evidence.traces.load import load_trace
+from evidence.traces.model import TraceError
 
 TRACE_NAMES = (".pt.trace.json", ".pt.trace.json.gz", ".json.gz", ".json", ".sqlite")
 

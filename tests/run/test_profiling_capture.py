@@ -13,10 +13,10 @@ import pytest
 
 from evidence.loadgen import trial as loadgen
 
-from evidence.traces.analyses import core as profile_analysis
+from evidence.traces import analyses as profile_analysis
 from evidence.run.profiling import _wait_for_files
 from evidence.loadgen.prompts import make_token_prompts, vocab_size_from_model_dir
-from evidence.traces.model import load_trace
+from evidence.traces.load import load_trace
 
 
 def _post(url: str) -> int:

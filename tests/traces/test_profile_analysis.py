@@ -19,12 +19,13 @@ from typer.testing import CliRunner
 
 from evidence.canon import dumps
 from evidence.cli.trace import parse_window, register
-from evidence.traces.analyses.core import (
+from evidence.traces.analyses import (
     DEFAULT_RULES, FamilyRule, Forward, Window, analyze_trace, classify, families, geometry_meaning,
     geometry_split, kernel_active, load_rules, reconstruct_forwards, resolve_window, step_analysis, sustained_regime,
     union_length,
 )
-from evidence.traces.model import TraceError, load_trace
+from evidence.traces.load import load_trace
+from evidence.traces.model import TraceError
 from trace_fixtures import (
     BASE_NS, T0_REL_NS, ForwardSpec, cpu_only_kineto, explicit, real_trace, vllm_scenario, write_kineto_json,
     write_nsys_sqlite,

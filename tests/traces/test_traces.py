@@ -10,10 +10,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from evidence.traces.kineto import load_kineto_json
+from evidence.traces.load import detect_format, load_trace
 from evidence.traces.model import (
-    COLUMNS, TraceError, detect_format, load_kineto_json, load_nsys_sqlite, load_trace, normalize_launch_api,
-    parse_step_name, place_kernels_in_steps, short_kernel_name,
+    COLUMNS, TraceError, normalize_launch_api, parse_step_name, place_kernels_in_steps, short_kernel_name,
 )
+from evidence.traces.nsys import load_nsys_sqlite
 from trace_fixtures import (
     BASE_NS, CACHE, FA2, GEMM_O, PID, SIDE, T0_REL_NS, TID, ForwardSpec, Kernel, Scenario, cpu_only_kineto,
     explicit, real_trace, vllm_scenario, write_kineto_json, write_nsys_sqlite,

@@ -37,7 +37,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from evidence import __version__  # noqa: E402
-from evidence.release import core as R  # noqa: E402
+from evidence.release import layout, metadata, verify  # noqa: E402
 
 MiB = 1 << 20
 
@@ -66,15 +66,15 @@ def build(root: Path, size_gb: float) -> tuple[Path, int, int]:
                 left -= k
     sde = 1780000000
     meta = {
-        "format": R.FORMAT, "tag": tag, "repo_path": f"releases/{tag}",
+        "format": layout.FORMAT, "tag": tag, "repo_path": f"releases/{tag}",
         "tool": {"name": "evidence", "version": __version__},
-        "freeze": {"code_commit": None, "source_date_epoch": sde, "date": R.iso_utc(sde), "date_from": "benchmark",
+        "freeze": {"code_commit": None, "source_date_epoch": sde, "date": metadata.iso_utc(sde), "date_from": "benchmark",
                    "allowed": []},
-        "render_environment": {}, "roles": R.ROLE_DOC,
+        "render_environment": {}, "roles": layout.ROLE_DOC,
         "runs": [{"id": "bench-run", "status": "complete", "code": {"commits": [], "dirty": None, "from": []}}],
-        "regenerate": {"steps": [], "how": "benchmark release (raw only)", "functions": R.REGEN_FUNCTIONS},
+        "regenerate": {"steps": [], "how": "benchmark release (raw only)", "functions": layout.REGEN_FUNCTIONS},
     }
-    meta = R.seal(rel, meta)
+    meta = metadata.seal(rel, meta)
     return rel, sum(f["bytes"] for f in meta["files"]), len(meta["files"])
 
 
@@ -132,7 +132,7 @@ def main() -> None:
     env_cmd = f"PYTHONPATH={REPO} {ev}"
 
     def in_process() -> None:
-        rep = R.verify(rel, regen=False)
+        rep = verify.verify(rel, regen=False)
         assert rep.ok, [c.id for c in rep.failed]
 
     cases = [
@@ -193,7 +193,7 @@ def main() -> None:
                      f"{', '.join(f'{x:.2f}' for x in ts)} |")
     lines += [
         "",
-        f"`evidence verify --no-regen` runs all {len(R.CHECK_IDS)} checks (paths, completeness both ways, payload and tag "
+        f"`evidence verify --no-regen` runs all {len(verify.CHECK_IDS)} checks (paths, completeness both ways, payload and tag "
         "fixity, Oxum, bag-info, canonical release.json, agreement, provenance statements; git.* and archive.* skip: "
         "no repository, no .tar beside the folder; regen.* skip by request) and includes python start-up and imports "
         f"(the in-process row is without them). It is {base / ours:.2f}x the speed of `sha256sum -c`.",

@@ -1,7 +1,7 @@
-"""`evidence freeze` and `evidence verify`: the CLI over evidence/release.py.
+"""`evidence freeze` and `evidence verify`: the CLI over evidence/release/.
 
 The main CLI calls `register(app)`. This module only parses options and renders; the layout,
-the manifests and every check live in release.py. A refusal or a could-not-verify is one
+the manifests and every check live in evidence/release/. A refusal or a could-not-verify is one
 paragraph on stderr and exit 2; a failed check is exit 1; a valid release exit 0.
 """
 
@@ -17,7 +17,9 @@ from rich.markup import escape
 from rich.table import Table
 
 from evidence.canon import dumps
-from evidence.release.core import CHECK_IDS, ReleaseError, VerifyReport, freeze as do_freeze, verify as do_verify
+from evidence.release.freeze import freeze as do_freeze
+from evidence.release.layout import ReleaseError
+from evidence.release.verify import CHECK_IDS, VerifyReport, verify as do_verify
 
 FREEZE_HELP = """Freeze complete runs into a tagged, checksummed, BagIt-compatible release.
 

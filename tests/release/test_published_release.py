@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from evidence.release.core import verify
+from evidence.release.verify import verify
 
 ROOT = Path(__file__).resolve().parents[2]
 RELEASES = sorted(p for p in (ROOT / "releases").iterdir() if p.is_dir()) if (ROOT / "releases").is_dir() else []

@@ -27,7 +27,9 @@ import bagit
 import git
 import pytest
 
-from evidence.release import core as R
+from evidence import canon
+from evidence.release import archive, freeze, layout, manifest, metadata, secrets_legacy, verify
+from evidence.release import files as rfiles
 from rundir_fixtures import build_run, default_provenance, demo_spec
 
 SDE = 1780000000  # 2026-05-28
@@ -67,7 +69,7 @@ def frozen(tmp_path_factory):
     old = os.environ.get("SOURCE_DATE_EPOCH")
     os.environ["SOURCE_DATE_EPOCH"] = str(SDE)
     try:
-        res = R.freeze(TAG, [run], repo)
+        res = freeze.freeze(TAG, [run], repo)
     finally:
         if old is None:
             os.environ.pop("SOURCE_DATE_EPOCH")
@@ -85,15 +87,15 @@ def work(frozen, tmp_path):
             "run": repo / "runs" / RUN_ID}
 
 
-def failed(report: R.VerifyReport) -> set[str]:
+def failed(report: verify.VerifyReport) -> set[str]:
     return {c.id for c in report.failed}
 
 
 def reseal(rel: Path) -> None:
     """What a careful forger does: rewrite provenance, release.json, bag-info and both manifests
     consistently with the (tampered) payload, using the tool's own code."""
-    meta = json.loads((rel / R.RELEASE_JSON).read_text())
-    R.seal(rel, meta)
+    meta = json.loads((rel / layout.RELEASE_JSON).read_text())
+    metadata.seal(rel, meta)
 
 
 RAW_REQ = f"data/raw/{RUN_ID}/trials/r1-c4/requests.jsonl"
@@ -103,8 +105,8 @@ RAW_REQ = f"data/raw/{RUN_ID}/trials/r1-c4/requests.jsonl"
 
 def test_untouched_release_passes_every_check(frozen):
     rel = frozen["repo"] / "releases" / TAG
-    rep = R.verify(rel)
-    assert [c.id for c in rep.checks] == list(R.CHECK_IDS)  # all checks, every time, stable order
+    rep = verify.verify(rel)
+    assert [c.id for c in rep.checks] == list(verify.CHECK_IDS)  # all checks, every time, stable order
     status = {c.id: c.status for c in rep.checks}
     assert rep.exit_code == 0, [(c.id, c.message, c.findings[:2]) for c in rep.failed]
     assert status.pop("archive.members") == "skip"  # a folder, not an archive
@@ -132,7 +134,7 @@ def test_release_content(frozen):
     run = meta["runs"][0]
     assert run["id"] == RUN_ID and run["status"] == "complete" and run["trials"]["missing"] == []
     assert run["code"]["commits"] == ["0" * 40]  # the commit the run ran at, from its provenance.json
-    assert run["spec"]["sha256"] == R.sha256_bytes((frozen["run"] / "spec.yaml").read_bytes())
+    assert run["spec"]["sha256"] == layout.sha256_bytes((frozen["run"] / "spec.yaml").read_bytes())
     from evidence.figures import render_environment
 
     assert {k: meta["render_environment"][k] for k in render_environment()} == render_environment()
@@ -147,11 +149,11 @@ def test_release_content(frozen):
     assert paths == sorted(paths, key=lambda p: p.encode()) and all(len(ln.split("  ")[0]) == 64 for ln in lines)
     assert (rel / "tagmanifest-sha256.txt").read_text().count("\n") == 4
     # release.json is canonical
-    assert (rel / "release.json").read_bytes() == R.dumps(meta).encode()
+    assert (rel / "release.json").read_bytes() == canon.dumps(meta).encode()
     # the provenance statement is an in-toto Statement over the derived files
     st = json.loads((rel / f"data/provenance/{RUN_ID}.json").read_text())
     assert st["_type"] == "https://in-toto.io/Statement/v1" and st["predicateType"] == "https://slsa.dev/provenance/v1"
-    assert {s["name"] for s in st["subject"]} == {p for p, f in files.items() if f["role"] in R.DERIVED_ROLES}
+    assert {s["name"] for s in st["subject"]} == {p for p, f in files.items() if f["role"] in layout.DERIVED_ROLES}
 
 
 def test_git_commit_and_annotated_tag(frozen):
@@ -170,7 +172,7 @@ def test_git_commit_and_annotated_tag(frozen):
     assert all(p.startswith(f"releases/{TAG}") for p in changed)
     sha_line = (frozen["repo"] / "releases" / f"{TAG}.tar.sha256").read_text()
     assert sha_line == f"{res.tar_sha256}  {TAG}.tar\n"
-    assert R.hash_file(frozen["repo"] / "releases" / f"{TAG}.tar").sha256 == res.tar_sha256
+    assert rfiles.hash_file(frozen["repo"] / "releases" / f"{TAG}.tar").sha256 == res.tar_sha256
 
 
 # --------------------------------------------------------------------------- the archive
@@ -178,7 +180,7 @@ def test_git_commit_and_annotated_tag(frozen):
 def test_tar_is_byte_identical_when_built_twice(frozen, tmp_path):
     rel = frozen["repo"] / "releases" / TAG
     a, b = tmp_path / "a.tar", tmp_path / "b.tar"
-    sa, sb = R.build_tar(rel, a, mtime=SDE), R.build_tar(rel, b, mtime=SDE)
+    sa, sb = archive.build_tar(rel, a, mtime=SDE), archive.build_tar(rel, b, mtime=SDE)
     assert a.read_bytes() == b.read_bytes() and sa == sb == frozen["result"].tar_sha256
     with tarfile.open(a) as tf:
         ms = tf.getmembers()
@@ -189,7 +191,7 @@ def test_tar_is_byte_identical_when_built_twice(frozen, tmp_path):
 
 
 def test_verify_tar(work):
-    rep = R.verify(work["tar"], regen=False)
+    rep = verify.verify(work["tar"], regen=False)
     status = {c.id: c.status for c in rep.checks}
     assert rep.exit_code == 0, [(c.id, c.findings[:2]) for c in rep.failed]
     assert status["archive.members"] == status["archive.sha256"] == status["git.files"] == "pass"
@@ -198,8 +200,8 @@ def test_verify_tar(work):
 def _evil_tar(path: Path, member: tarfile.TarInfo, data: bytes = b"") -> None:
     with tarfile.open(path, "w", format=tarfile.PAX_FORMAT) as tf:
         ok = tarfile.TarInfo(f"{TAG}/bagit.txt")
-        ok.size = len(R.BAGIT_DECLARATION)
-        tf.addfile(ok, io.BytesIO(R.BAGIT_DECLARATION))
+        ok.size = len(layout.BAGIT_DECLARATION)
+        tf.addfile(ok, io.BytesIO(layout.BAGIT_DECLARATION))
         member.size = len(data) if member.isfile() else 0
         tf.addfile(member, io.BytesIO(data) if member.isfile() else None)
 
@@ -224,7 +226,7 @@ def test_verify_rejects_unsafe_tar_before_extracting(tmp_path, member):
     box.mkdir()
     bad = box / "bad.tar"
     _evil_tar(bad, member, b"pwned\n")
-    rep = R.verify(bad)
+    rep = verify.verify(bad)
     assert rep.exit_code == 1
     assert failed(rep) == {"archive.members"}
     am = rep.by_id()["archive.members"]
@@ -237,8 +239,8 @@ def test_verify_rejects_unsafe_tar_before_extracting(tmp_path, member):
 def test_verify_tar_that_is_not_a_tar(tmp_path):
     p = tmp_path / "x.tar"
     p.write_bytes(b"not a tar at all" * 100)
-    with pytest.raises(R.ReleaseError) as e:
-        R.verify(p)
+    with pytest.raises(layout.ReleaseError) as e:
+        verify.verify(p)
     assert e.value.code == 2
 
 
@@ -289,12 +291,12 @@ def _hardlink(w):
 def _manifest_dotdot(w):
     outside = w["rel"].parent / "x"
     outside.write_text("outside the release\n")
-    m = w["rel"] / R.MANIFEST
-    m.write_text(f"{R.sha256_bytes(outside.read_bytes())}  ../x\n" + m.read_text())
+    m = w["rel"] / layout.MANIFEST
+    m.write_text(f"{layout.sha256_bytes(outside.read_bytes())}  ../x\n" + m.read_text())
 
 
 def _manifest_absolute(w):
-    m = w["rel"] / R.MANIFEST
+    m = w["rel"] / layout.MANIFEST
     m.write_text(f"{'0' * 64}  /etc/hostname\n" + m.read_text())
 
 
@@ -305,28 +307,28 @@ def _collision(w):
 
 
 def _no_tagmanifest(w):
-    (w["rel"] / R.TAGMANIFEST).unlink()
+    (w["rel"] / layout.TAGMANIFEST).unlink()
 
 
 def _bag_info(w):
-    p = w["rel"] / R.BAG_INFO
+    p = w["rel"] / layout.BAG_INFO
     p.write_text(p.read_text().replace("Bagging-Date: 2026-05-28", "Bagging-Date: 2020-01-01"))
 
 
 def _release_json_noncanonical(w):
-    p = w["rel"] / R.RELEASE_JSON
+    p = w["rel"] / layout.RELEASE_JSON
     p.write_text(json.dumps(json.loads(p.read_text())))  # same data, other bytes
-    t = w["rel"] / R.TAGMANIFEST
-    t.write_bytes(R.render_manifest({n: R.sha256_bytes((w["rel"] / n).read_bytes()) for n in R.TAG_FILES}))
+    t = w["rel"] / layout.TAGMANIFEST
+    t.write_bytes(manifest.render_manifest({n: layout.sha256_bytes((w["rel"] / n).read_bytes()) for n in layout.TAG_FILES}))
 
 
 def _release_json_lies(w):
-    p = w["rel"] / R.RELEASE_JSON
+    p = w["rel"] / layout.RELEASE_JSON
     meta = json.loads(p.read_text())
     meta["files"][0]["sha256"] = "f" * 64
-    p.write_text(R.dumps(meta))
-    t = w["rel"] / R.TAGMANIFEST
-    t.write_bytes(R.render_manifest({n: R.sha256_bytes((w["rel"] / n).read_bytes()) for n in R.TAG_FILES}))
+    p.write_text(canon.dumps(meta))
+    t = w["rel"] / layout.TAGMANIFEST
+    t.write_bytes(manifest.render_manifest({n: layout.sha256_bytes((w["rel"] / n).read_bytes()) for n in layout.TAG_FILES}))
 
 
 def _reseal_consistently(w):
@@ -382,7 +384,7 @@ TAMPERS = [
 @pytest.mark.parametrize("tamper,must_fail,must_pass", [t[1:] for t in TAMPERS], ids=[t[0] for t in TAMPERS])
 def test_tamper_is_caught(work, tamper, must_fail, must_pass):
     tamper(work)
-    rep = R.verify(work["rel"], regen=False)
+    rep = verify.verify(work["rel"], regen=False)
     got = failed(rep)
     assert rep.exit_code == 1
     assert must_fail <= got, f"expected {must_fail - got} to fail; failed: {got}"
@@ -396,20 +398,20 @@ def test_stock_bagit_misses_a_consistent_reseal(work):
     """Why git.files exists: stock BagIt validation accepts a consistently resealed release."""
     _reseal_consistently(work)
     assert bagit.Bag(str(work["rel"])).validate() is True
-    assert "git.files" in failed(R.verify(work["rel"], regen=False))
+    assert "git.files" in failed(verify.verify(work["rel"], regen=False))
 
 
 def test_manifest_dotdot_never_reads_outside(work, monkeypatch):
     _manifest_dotdot(work)
     opened = []
-    real = R.hash_file
+    real = rfiles.hash_file
 
     def spy(path, **kw):
         opened.append(Path(path).resolve())
         return real(path, **kw)
 
-    monkeypatch.setattr(R, "hash_file", spy)
-    rep = R.verify(work["rel"], regen=False)
+    monkeypatch.setattr(rfiles, "hash_file", spy)  # hash_files looks it up in its module
+    rep = verify.verify(work["rel"], regen=False)
     assert "paths.dotdot" in failed(rep)
     rel = work["rel"].resolve()
     assert all(rel in p.parents for p in opened)
@@ -429,7 +431,7 @@ def test_tampered_figures_fail_regeneration(work):
     im2.load()
     im2.save(b, format="PNG", compress_level=1)  # same pixels, other bytes
     reseal(work["rel"])
-    rep = R.verify(work["rel"])
+    rep = verify.verify(work["rel"])
     got = failed(rep)
     assert "regen.figures" in got and "git.files" in got
     assert {"fixity.payload", "fixity.tag", "metadata.agrees"}.isdisjoint(got)
@@ -446,8 +448,8 @@ def _freeze_raises(w, tag, runs, match):
     repo = git.Repo(w["repo"])
     before = (sorted(os.listdir(w["repo"] / "releases")), repo.head.commit.hexsha,
               {t.name: t.object.hexsha for t in repo.tags})
-    with pytest.raises(R.ReleaseError, match=match) as e:
-        R.freeze(tag, runs, w["repo"])
+    with pytest.raises(layout.ReleaseError, match=match) as e:
+        freeze.freeze(tag, runs, w["repo"])
     assert e.value.code == 2
     assert (sorted(os.listdir(w["repo"] / "releases")), repo.head.commit.hexsha,
             {t.name: t.object.hexsha for t in repo.tags}) == before
@@ -508,8 +510,8 @@ def test_freeze_refuses_secret_in_a_log(work):
 
 def test_freeze_refuses_no_runs_and_bad_tag(work):
     _freeze_raises(work, "v2", [], "at least one run")
-    with pytest.raises(R.ReleaseError, match="not a usable release tag"):
-        R.freeze("../up", [work["run"]], work["repo"])
+    with pytest.raises(layout.ReleaseError, match="not a usable release tag"):
+        freeze.freeze("../up", [work["run"]], work["repo"])
 
 
 # --------------------------------------------------------------------------- units
@@ -525,7 +527,7 @@ def test_freeze_refuses_no_runs_and_bad_tag(work):
     "-----BEGIN RSA PRIVATE KEY-----",
 ])
 def test_find_secrets_positive(text):
-    assert R.find_secrets(text), text
+    assert secrets_legacy.find_secrets(text), text
 
 
 @pytest.mark.parametrize("text", [
@@ -534,14 +536,14 @@ def test_find_secrets_positive(text):
     "https://huggingface.co/Qwen/Qwen2.5", "HF_TOKEN=${HF_TOKEN}", "task-1234567890abcdefghijklmnop",
 ])
 def test_find_secrets_negative(text):
-    assert R.find_secrets(text) == [], text
+    assert secrets_legacy.find_secrets(text) == [], text
 
 
 def test_manifest_roundtrip_and_format_problems():
     digests = {"data/b": "1" * 64, "data/a\nb": "2" * 64, "data/100%": "3" * 64, "data/é": "4" * 64}
-    entries, problems = R.parse_manifest(R.render_manifest(digests), "m")
+    entries, problems = manifest.parse_manifest(manifest.render_manifest(digests), "m")
     assert problems == [] and {e.path: e.digest for e in entries} == digests
-    _, problems = R.parse_manifest(b"%s  data/b\n%s  data/a\n%s  data/a\n" % ((b"1" * 64,) * 3), "m")
+    _, problems = manifest.parse_manifest(b"%s  data/b\n%s  data/a\n%s  data/a\n" % ((b"1" * 64,) * 3), "m")
     msgs = " ".join(p.message for p in problems)
     assert "not sorted" in msgs and "duplicate" in msgs
 
@@ -550,7 +552,7 @@ def test_path_rules():
     import unicodedata
 
     nfc, nfd = unicodedata.normalize("NFC", "data/é"), unicodedata.normalize("NFD", "data/é")
-    pp = R.path_problems([(nfc, "on disk"), (nfd, "on disk"), ("data/A", "on disk"), ("data/a", "on disk"),
+    pp = layout.path_problems([(nfc, "on disk"), (nfd, "on disk"), ("data/A", "on disk"), ("data/a", "on disk"),
                           ("../x", "m line 1"), ("/etc/x", "m line 2"), ("data\\x", "m line 3"), ("data/\x01", "m line 4")])
     assert len(pp["paths.collision"]) == 2
     assert [f.path for f in pp["paths.dotdot"]] == ["../x"]
@@ -562,17 +564,17 @@ def test_path_rules():
 def test_source_date_epoch_falls_back_to_commit_time(frozen, monkeypatch):
     monkeypatch.delenv("SOURCE_DATE_EPOCH", raising=False)
     head = git.Repo(frozen["repo"]).head.commit
-    assert R.source_date_epoch(head) == (head.committed_date, f"commit time of {head.hexsha}")
+    assert freeze.source_date_epoch(head) == (head.committed_date, f"commit time of {head.hexsha}")
     monkeypatch.setenv("SOURCE_DATE_EPOCH", "123")
-    assert R.source_date_epoch(head)[0] == 123
+    assert freeze.source_date_epoch(head)[0] == 123
 
 
 def test_parallel_hashing_matches_hashlib(tmp_path):
     import hashlib
 
-    for i, n in enumerate([0, 1, 4095, R.CHUNK, R.CHUNK + 17, 3 * R.CHUNK]):
+    for i, n in enumerate([0, 1, 4095, layout.CHUNK, layout.CHUNK + 17, 3 * layout.CHUNK]):
         (tmp_path / f"f{i}").write_bytes(os.urandom(n))
-    got = R.hash_files(tmp_path, [f"f{i}" for i in range(6)], git_blob=True, workers=4)
+    got = rfiles.hash_files(tmp_path, [f"f{i}" for i in range(6)], git_blob=True, workers=4)
     for rel, d in got.items():
         b = (tmp_path / rel).read_bytes()
         assert d.sha256 == hashlib.sha256(b).hexdigest() and d.size == len(b)
@@ -591,7 +593,7 @@ def test_cli_exit_codes(work, tmp_path):
     ok = _cli("verify", str(work["rel"]), "--no-regen", "--json", cwd=work["repo"])
     assert ok.returncode == 0, ok.stderr
     doc = json.loads(ok.stdout)
-    assert doc["ok"] and [c["id"] for c in doc["checks"]] == list(R.CHECK_IDS)
+    assert doc["ok"] and [c["id"] for c in doc["checks"]] == list(verify.CHECK_IDS)
     _same_size(work)
     bad = _cli("verify", str(work["rel"]), "--no-regen", cwd=work["repo"])
     assert bad.returncode == 1
@@ -604,10 +606,10 @@ def test_cli_exit_codes(work, tmp_path):
 
 def test_allow_incomplete_is_recorded(tmp_path):
     run = build_run(tmp_path, run_id="partial", missing=("r2-c4",))
-    with pytest.raises(R.ReleaseError, match="r2-c4"):
-        R.inspect_run(run, frozenset())
-    info = R.inspect_run(run, frozenset({"incomplete"}))
+    with pytest.raises(layout.ReleaseError, match="r2-c4"):
+        freeze.inspect_run(run, frozenset())
+    info = freeze.inspect_run(run, frozenset({"incomplete"}))
     assert info["trials"]["missing"] == ["r2-c4"] and info["status"] == "incomplete"
     assert any("r2-c4" in p for p in info["problems_allowed"])
-    with pytest.raises(R.ReleaseError, match="unknown --allow"):
-        R.freeze("v2", [run], tmp_path, allow=["dirty"])
+    with pytest.raises(layout.ReleaseError, match="unknown --allow"):
+        freeze.freeze("v2", [run], tmp_path, allow=["dirty"])

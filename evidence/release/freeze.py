@@ -1,0 +1,313 @@
+"""`freeze`: runs -> releases/<tag>/, its deterministic tar, one commit and an annotated tag."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import shutil
+import tempfile
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Callable, Iterable
+
+from evidence import __version__
+from evidence.canon import write_atomic
+from evidence.release.archive import build_tar
+from evidence.release.files import inventory
+from evidence.release.layout import (ALLOW_VALUES, DERIVED_ROLES, FORMAT, MANIFEST, PAYLOAD_DIR, REGEN_FUNCTIONS,
+                                     RELEASE_JSON, ROLE_DOC, TAG_NAME, TAGMANIFEST, ReleaseError, dig,
+                                     freeze_name_problems, path_problems, payload_path, sha256_bytes)
+from evidence.release.metadata import iso_utc, seal
+from evidence.release.regen import copy_tree_files, current_render_environment, regenerate
+from evidence.rundir import RunDir
+from evidence.release.secrets_legacy import scan_secrets
+
+
+@dataclass
+class FreezeResult:
+    tag: str
+    release_dir: Path
+    tar_path: Path
+    tar_sha256: str
+    manifest_sha256: str
+    tagmanifest_sha256: str
+    release_json_sha256: str
+    commit: str
+    tag_object: str
+    runs: list[str]
+    files: int
+    bytes: int
+
+    def as_dict(self) -> dict:
+        d = asdict(self)
+        d["release_dir"], d["tar_path"] = str(self.release_dir), str(self.tar_path)
+        return d
+
+
+def _read_json_file(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as e:
+        raise ReleaseError(f"{path} could not be read as JSON ({e}).")
+
+
+def run_code(run_path: Path, run_json: dict) -> dict:
+    """The code commit(s) a run ran at, from run.json and its provenance*.json files."""
+    commits, dirty, sources = [], [], []
+    cands = [(run_json, "run.json")] + [(_read_json_file(p), p.name) for p in sorted(run_path.glob("provenance*.json"))]
+    for doc, name in cands:
+        for keys in (("git", "commit"), ("code", "commit"), ("code_commit",), ("commit",), ("git", "sha")):
+            v = dig(doc, *keys)
+            if isinstance(v, str) and re.fullmatch(r"[0-9a-f]{7,64}", v):
+                if v not in commits:
+                    commits.append(v)
+                sources.append(f"{name}:{'.'.join(keys)}")
+                break
+        for keys in (("git", "dirty"), ("code", "dirty")):
+            v = dig(doc, *keys)
+            if isinstance(v, bool):
+                dirty.append(v)
+                break
+    return {"commits": commits, "dirty": any(dirty) if dirty else None, "from": sources}
+
+
+def inspect_run(run_path: Path, allow: frozenset[str]) -> dict:
+    """What release.json says about a run; refuses a run that is not complete unless allowed."""
+    run_path = Path(run_path)
+    rd = RunDir(run_path)
+    if not run_path.is_dir() or not rd.run_json.is_file():
+        raise ReleaseError(f"{run_path} is not a run directory (no run.json); give folders under runs/ that `evidence run` wrote.")
+    info = _read_json_file(rd.run_json)
+    status = info.get("status")
+    if not rd.plan_json.is_file():
+        raise ReleaseError(f"{run_path} has no plan.json, so which trials must exist cannot be checked; refusing to freeze it.")
+    plan = _read_json_file(rd.plan_json)
+    planned = [t.get("id") for t in plan.get("trials", [])] if isinstance(plan, dict) else []
+    present = rd.completed_trials()
+    missing = [t for t in planned if t not in present]
+    unfinished = sorted(p.name for p in rd.trials_dir.glob(".tmp-*")) if rd.trials_dir.exists() else []
+    problems = []
+    if status != "complete":
+        problems.append(f"its status is {status!r}, not 'complete'")
+    if missing:
+        problems.append(f"planned trial(s) {', '.join(missing)} are missing")
+    if unfinished:
+        problems.append(f"unfinished trial folder(s) {', '.join(unfinished)} are present (resume the run to set them aside)")
+    if problems and "incomplete" not in allow:
+        raise ReleaseError(f"run {rd.id} is not complete: {'; '.join(problems)}. Finish or resume the run "
+                           "(`evidence run --resume`) before freezing it, or pass --allow incomplete to publish it as incomplete.")
+    spec_sha = sha256_bytes(rd.spec_yaml.read_bytes()) if rd.spec_yaml.is_file() else None
+    if info.get("spec_sha256") and spec_sha and info["spec_sha256"] != spec_sha:
+        raise ReleaseError(f"run {rd.id}: run.json says spec sha256 {info['spec_sha256'][:12]}... but spec.yaml hashes to "
+                           f"{spec_sha[:12]}...; the raw files were changed after the run. Refusing to freeze it.")
+    return {
+        "id": rd.id,
+        "status": status,
+        "spec": {"name": info.get("spec_name"), "sha256": spec_sha,
+                 "resolved_sha256": sha256_bytes(rd.spec_resolved.read_bytes()) if rd.spec_resolved.is_file() else None},
+        "plan_sha256": sha256_bytes(rd.plan_json.read_bytes()),
+        "code": run_code(run_path, info),
+        "trials": {"planned": len(planned), "present": present, "missing": missing},
+        "aborted": sorted(p.name for p in (run_path / "aborted").iterdir()) if (run_path / "aborted").is_dir() else [],
+        "problems_allowed": problems,
+    }
+
+
+def _git_repo(repo_root: Path) -> Any:
+    import git  # GitPython
+
+    try:
+        repo = git.Repo(repo_root)
+    except (git.InvalidGitRepositoryError, git.NoSuchPathError):
+        raise ReleaseError(f"{repo_root} is not a git repository; a release is committed and tagged, so freeze runs inside one.")
+    try:
+        head = repo.head.commit
+    except ValueError:
+        raise ReleaseError(f"{repo_root} has no commit yet (or git refuses to read it: 'dubious ownership' - see "
+                           "`git config --global --add safe.directory`); make a first commit before freezing.")
+    return repo, head
+
+
+def source_date_epoch(head_commit: Any) -> tuple[int, str]:
+    v = os.environ.get("SOURCE_DATE_EPOCH")
+    if v:
+        if not v.isdigit():
+            raise ReleaseError(f"SOURCE_DATE_EPOCH={v!r} is not a whole number of seconds since 1970; unset it or fix it.")
+        return int(v), "SOURCE_DATE_EPOCH"
+    return int(head_commit.committed_date), f"commit time of {head_commit.hexsha}"
+
+
+def _refuse_bad_payload(staging: Path, workers: int | None) -> None:
+    """Names every filesystem and BagIt tool can hold, and no secret: nothing publishable may carry one."""
+    inv = inventory(staging / PAYLOAD_DIR)
+    bad = [(f"{PAYLOAD_DIR}/{r}", why) for r in inv.files if (why := freeze_name_problems(r))]
+    pp = path_problems((f"{PAYLOAD_DIR}/{r}", "payload") for r in inv.files)
+    bad += [(f.path, f.message) for fs in pp.values() for f in fs]
+    if bad:
+        raise ReleaseError("file names in the payload cannot be released: "
+                           + "; ".join(f"{p!r} {w}" for p, w in bad[:8]) + ". Rename them in the run directory.")
+    secrets = scan_secrets(staging / PAYLOAD_DIR, inv.files, workers=workers)
+    if secrets:
+        raise ReleaseError(f"found {len(secrets)} unredacted secret(s) in the payload: "
+                           + "; ".join(f"data/{s}" for s in secrets[:8]) + (" ..." if len(secrets) > 8 else "")
+                           + ". Redact them in the run directory (values shown masked) and freeze again.")
+
+
+def tag_message(tag: str, commit: str | None, digests: dict[str, str], tar_sha: str) -> str:
+    lines = [f"evidence release {tag}", ""]
+    lines += [f"{name} sha256:{digests[name]}" for name in (MANIFEST, TAGMANIFEST, RELEASE_JSON)]
+    lines.append(f"{tag}.tar sha256:{tar_sha}")
+    if commit:
+        lines.append(f"commit {commit}")
+    return "\n".join(lines) + "\n"
+
+
+def freeze(
+    tag: str,
+    runs: list[Path],
+    repo_root: Path,
+    *,
+    releases_dir: str | Path = "releases",
+    allow: Iterable[str] = (),
+    workers: int | None = None,
+    say: Callable[[str], None] = lambda s: None,
+) -> FreezeResult:
+    """Freeze runs into releases/<tag>/, a deterministic releases/<tag>.tar (+ .tar.sha256), one commit
+    holding all three, and an annotated tag <tag> on it whose message carries the manifest digests.
+    Refuses (ReleaseError, exit 2): a dirty tree (untracked files count), an existing tag or release,
+    a run that is not complete, any secret in the payload."""
+    allow = frozenset(allow)
+    if allow - set(ALLOW_VALUES):
+        raise ReleaseError(f"unknown --allow value(s) {', '.join(sorted(allow - set(ALLOW_VALUES)))}; known: {', '.join(ALLOW_VALUES)}.")
+    if not TAG_NAME.fullmatch(tag) or ".." in tag or tag.endswith(".lock"):
+        raise ReleaseError(f"{tag!r} is not a usable release tag: use letters, digits, '.', '_' and '-' (it is both a git tag and a folder name).")
+    if not runs:
+        raise ReleaseError("give at least one run directory to freeze (e.g. runs/<run-id>).")
+    repo_root = Path(repo_root).resolve()
+    repo, head = _git_repo(repo_root)
+    import git
+
+    try:
+        dirty = repo.is_dirty(untracked_files=True)
+    except git.GitCommandError as e:
+        raise ReleaseError(f"git could not read {repo_root} ({e.stderr.strip() if e.stderr else e}); fix the repository first.")
+    if dirty:
+        changed = repo.git.status("--porcelain").splitlines()
+        raise ReleaseError(f"the git tree at {repo_root} is dirty ({len(changed)} change(s), untracked files count: "
+                           f"{'; '.join(changed[:8])}{'; ...' if len(changed) > 8 else ''}). A release names the code it was made with, "
+                           "so commit or remove these first.")
+    if f"refs/tags/{tag}" in {r.path for r in repo.tags}:
+        raise ReleaseError(f"tag {tag!r} already exists (at {repo.tags[tag].commit.hexsha[:12]}); a release tag is never moved. "
+                           "Choose a new tag.")
+    rel_dir = Path(releases_dir)
+    releases = (rel_dir if rel_dir.is_absolute() else repo_root / rel_dir).resolve()
+    if repo_root not in releases.parents and releases != repo_root:
+        raise ReleaseError(f"the releases folder {releases} is outside the repository {repo_root}; it must be inside to be committed.")
+    final = releases / tag
+    tar_path, sha_path = releases / f"{tag}.tar", releases / f"{tag}.tar.sha256"
+    for p in (final, tar_path, sha_path):
+        if p.exists() or p.is_symlink():
+            raise ReleaseError(f"{p} already exists; a release is never overwritten. Choose a new tag.")
+    run_paths = [Path(r).resolve() for r in runs]
+    ids = [p.name for p in run_paths]
+    if len(set(ids)) != len(ids):
+        raise ReleaseError(f"two runs share a run id ({', '.join(sorted({i for i in ids if ids.count(i) > 1}))}); run ids name folders in the release.")
+    run_infos = [inspect_run(p, allow) for p in run_paths]
+    sde, sde_from = source_date_epoch(head)
+    try:
+        render_env = current_render_environment()
+    except ImportError as e:
+        raise ReleaseError(f"the figures module is not available ({e}); freeze regenerates figures, so it needs it.")
+
+    releases.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".tmp-{tag}-", dir=releases))
+    created: list[Path] = []
+    try:
+        # 1. raw, copied byte for byte (derived folders are never copied: they are regenerated);
+        #    names and secrets are checked on raw first, so a refusal comes before the slow part
+        for p in run_paths:
+            copy_tree_files(p, staging / payload_path("raw", p.name), skip_top=DERIVED_ROLES)
+            say(f"copied raw files of {p.name}")
+        _refuse_bad_payload(staging, workers)
+        # 2. derived, regenerated from the copied raw exactly as verify will
+        work = staging / ".work"
+        for p in run_paths:
+            outs = regenerate(staging / payload_path("raw", p.name), work, sde=sde)
+            for role in DERIVED_ROLES:
+                o = outs[role]
+                if isinstance(o, Exception):
+                    raise ReleaseError(f"regenerating {role} of run {p.name} failed ({type(o).__name__}: {o}); nothing was released.")
+                inv = inventory(o)
+                if inv.symlinks or inv.special:
+                    raise ReleaseError(f"regenerating {role} of {p.name} produced links or special files; refusing.")
+                if inv.files:
+                    dest = staging / payload_path(role, p.name)
+                    dest.parent.mkdir(parents=True, exist_ok=True)
+                    os.replace(o, dest)
+            say(f"regenerated analysis, figures and report of {p.name}")
+        shutil.rmtree(work)
+        # 3. the whole payload again, now with the regenerated files
+        _refuse_bad_payload(staging, workers)
+        # 4. metadata and manifests
+        meta = {
+            "format": FORMAT,
+            "tag": tag,
+            "repo_path": final.relative_to(repo_root).as_posix(),
+            "tool": {"name": "evidence", "version": __version__},
+            "freeze": {"code_commit": head.hexsha, "source_date_epoch": sde, "date": iso_utc(sde), "date_from": sde_from,
+                       "allowed": sorted(allow)},
+            "render_environment": render_env,
+            "roles": ROLE_DOC,
+            "runs": run_infos,
+            "regenerate": {
+                "steps": [f"git checkout {tag}", "python -m pip install -e .", f"evidence verify {final.relative_to(repo_root).as_posix()}"],
+                "how": ("verify copies data/raw/<run-id>/ to a temporary folder named <run-id>, calls the functions below in "
+                        "order with SOURCE_DATE_EPOCH set to freeze.source_date_epoch, and compares every output byte for byte "
+                        "with data/<role>/<run-id>/"),
+                "functions": REGEN_FUNCTIONS,
+            },
+        }
+        meta = seal(staging, meta, workers=workers)
+        digests = {n: sha256_bytes((staging / n).read_bytes()) for n in (MANIFEST, TAGMANIFEST, RELEASE_JSON)}
+        # 5. into place, then the archive beside it
+        os.replace(staging, final)
+        created.append(final)
+        created.append(tar_path)
+        tar_sha = build_tar(final, tar_path, mtime=sde)
+        created.append(sha_path)
+        write_atomic(sha_path, f"{tar_sha}  {tar_path.name}\n")
+        say(f"wrote {final} and {tar_path} (sha256 {tar_sha})")
+        # 6. commit the folder, the tar and its sha256; then the annotated tag
+        paths = [str(p.relative_to(repo_root)) for p in (final, tar_path, sha_path)]
+        n_files = len(meta["files"])
+        n_bytes = sum(f["bytes"] for f in meta["files"])
+        msg = (f"release {tag}: {', '.join(ids)}\n\nFrozen by evidence {__version__} from {head.hexsha}.\n"
+               f"{n_files} payload files, {n_bytes} bytes.\n\n" + tag_message(tag, None, digests, tar_sha).split("\n", 2)[2])
+        try:
+            repo.git.add("-f", "--", *paths)
+            repo.git.commit("--no-verify", "-q", "-m", msg, "--", *paths)
+        except git.GitCommandError as e:
+            with contextlib.suppress(git.GitCommandError):
+                repo.git.reset("-q", "--", *paths)
+            raise ReleaseError(f"git could not commit the release ({(e.stderr or str(e)).strip()}); nothing was committed or tagged. "
+                               "Set user.name and user.email if git asks for them.")
+        created.clear()  # committed: never removed from here on
+        commit = repo.head.commit
+        if [c.hexsha for c in commit.parents] != [head.hexsha]:
+            raise ReleaseError(f"the release commit {commit.hexsha[:12]} does not follow {head.hexsha[:12]} (another commit raced it); "
+                               "the release is committed but not tagged. Inspect the history and tag it by hand.")
+        tag_ref = repo.create_tag(tag, ref=commit, message=tag_message(tag, commit.hexsha, digests, tar_sha))
+        if tag_ref.tag is None:
+            raise ReleaseError(f"git created a lightweight tag {tag}; an annotated tag was required.")
+        return FreezeResult(tag, final, tar_path, tar_sha, digests[MANIFEST], digests[TAGMANIFEST], digests[RELEASE_JSON],
+                            commit.hexsha, tag_ref.tag.hexsha, ids, n_files, n_bytes)
+    finally:
+        if staging.exists():
+            shutil.rmtree(staging, ignore_errors=True)
+        for p in created:
+            if p.is_dir():
+                shutil.rmtree(p, ignore_errors=True)
+            elif p.exists():
+                p.unlink()

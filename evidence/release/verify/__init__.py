@@ -1,0 +1,62 @@
+"""`verify`: run every check, in registry order, on a release folder or its .tar; returns data (the CLI
+renders it). Checks live one module per area (checks_*.py); the order is registry.ORDER."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from evidence.release.archive import safe_extract
+from evidence.release.files import Progress
+from evidence.release.layout import BAGIT_TXT, MANIFEST, RELEASE_JSON, REQUIRED_FILES, TAGMANIFEST, ReleaseError
+from evidence.release.verify.context import CheckResult, VerifyContext, VerifyReport
+from evidence.release.verify.registry import CHECK_IDS, CHECKS
+
+__all__ = ["CHECK_IDS", "CHECKS", "CheckResult", "VerifyReport", "verify"]
+
+
+def verify(path: str | Path, *, repo: Any = None, regen: bool = True, workers: int | None = None,
+           progress: Progress | None = None) -> VerifyReport:
+    """Run every check on a release folder or a release .tar; returns the report (never raises for a
+    failed check). Raises ReleaseError (exit 2) when the path cannot be verified at all."""
+    path = Path(path)
+    if not path.exists():
+        raise ReleaseError(f"{path} does not exist; give a release folder (releases/<tag>) or its .tar.")
+    tmp: tempfile.TemporaryDirectory | None = None
+    try:
+        archive_problems = None
+        if path.is_file():
+            tmp = tempfile.TemporaryDirectory(prefix="evidence-verify-")
+            root, archive_problems = safe_extract(path, Path(tmp.name))
+            is_archive = True
+        elif path.is_dir():
+            root, is_archive = path, False
+            names = set(os.listdir(path))
+            if not names & {BAGIT_TXT, RELEASE_JSON, MANIFEST, TAGMANIFEST}:
+                raise ReleaseError(f"{path} is not a release: it has none of {', '.join(REQUIRED_FILES)}.")
+        else:
+            raise ReleaseError(f"{path} is neither a folder nor a file; give a release folder or its .tar.")
+        try:
+            ctx = VerifyContext(root, path, repo=repo, regen=regen, workers=workers, progress=progress,
+                       archive_problems=archive_problems, is_archive=is_archive)
+        except OSError as e:
+            raise ReleaseError(f"could not read {path} ({e}).")
+        results = []
+        try:
+            for cid, (title, fn) in CHECKS.items():
+                if root is None and cid != "archive.members":
+                    results.append(CheckResult(cid, title, "skip", "the archive was rejected: nothing was extracted"))
+                    continue
+                try:
+                    status, message, findings = fn(ctx)
+                except Exception as e:  # a check that cannot run is a failure, never a silent pass
+                    status, message, findings = "fail", f"the check could not run: {type(e).__name__}: {e}", []
+                results.append(CheckResult(cid, title, status, message, findings))
+        finally:
+            ctx.close()
+        return VerifyReport(str(path), str(root) if root is not None and not is_archive else None, ctx.tag, results)
+    finally:
+        if tmp is not None:
+            tmp.cleanup()

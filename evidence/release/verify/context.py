@@ -1,0 +1,172 @@
+"""What every check shares (the inventory, manifests, digests, release.json, the repository), computed
+once; the result types; the `check` decorator."""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from evidence.release.files import FileDigest, Inventory, Progress, hash_files, inventory
+from evidence.release.layout import MANIFEST, PAYLOAD_DIR, RELEASE_JSON, TAGMANIFEST, Finding, dig, path_key, payload_path
+from evidence.release.manifest import ManifestEntry, parse_manifest
+from evidence.release.regen import regenerate
+
+
+@dataclass
+class CheckResult:
+    id: str
+    title: str
+    status: str  # pass | fail | skip
+    message: str = ""
+    findings: list[Finding] = field(default_factory=list)
+
+    @property
+    def path(self) -> str | None:
+        return self.findings[0].path if self.findings else None
+
+    @property
+    def expected(self) -> Any:
+        return self.findings[0].expected if self.findings else None
+
+    @property
+    def found(self) -> Any:
+        return self.findings[0].found if self.findings else None
+
+    def as_dict(self) -> dict:
+        return {"id": self.id, "title": self.title, "status": self.status, "message": self.message, "path": self.path,
+                "expected": self.expected, "found": self.found, "findings": [f.as_dict() for f in self.findings]}
+
+
+@dataclass
+class VerifyReport:
+    path: str
+    release_dir: str | None
+    tag: str | None
+    checks: list[CheckResult]
+
+    @property
+    def failed(self) -> list[CheckResult]:
+        return [c for c in self.checks if c.status == "fail"]
+
+    @property
+    def ok(self) -> bool:
+        return not self.failed
+
+    @property
+    def exit_code(self) -> int:
+        return 0 if self.ok else 1
+
+    def by_id(self) -> dict[str, CheckResult]:
+        return {c.id: c for c in self.checks}
+
+    def as_dict(self) -> dict:
+        counts = {s: sum(1 for c in self.checks if c.status == s) for s in ("pass", "fail", "skip")}
+        return {"path": self.path, "release_dir": self.release_dir, "tag": self.tag, "ok": self.ok,
+                "exit_code": self.exit_code, "counts": counts, "checks": [c.as_dict() for c in self.checks]}
+
+
+class VerifyContext:
+    """What the checks share, computed once: the inventory, manifests, digests, release.json, repo."""
+
+    def __init__(self, root: Path | None, source: Path, *, repo: Any, regen: bool, workers: int | None,
+                 progress: Progress | None, archive_problems: list[Finding] | None, is_archive: bool):
+        self.root, self.source, self.regen_enabled = root, source, regen
+        self.workers, self.progress = workers, progress
+        self.archive_problems, self.is_archive = archive_problems, is_archive
+        self.inv = inventory(root) if root is not None else Inventory()
+        self.manifest, self.manifest_problems, self.manifest_state = self._manifest(MANIFEST)
+        self.tagmanifest, self.tagmanifest_problems, self.tagmanifest_state = self._manifest(TAGMANIFEST)
+        self.meta, self.meta_error, self.meta_bytes = self._meta()
+        self.tag = (self.meta or {}).get("tag") if isinstance(self.meta, dict) else None
+        if not isinstance(self.tag, str) and root is not None:
+            self.tag = root.name
+        self.repo, self.repo_error = self._repo(repo)
+        self.digests: dict[str, FileDigest | OSError] = {}
+        if root is not None:
+            self.digests = hash_files(root, self.inv.files, git_blob=self.repo is not None, workers=workers, progress=progress)
+        self._regen: dict[str, dict[str, Path | Exception]] | None = None
+        self.path_problems_cache: dict[str, list[Finding]] | None = None
+        self._regen_tmp: tempfile.TemporaryDirectory | None = None
+
+    def _manifest(self, name: str) -> tuple[dict[str, ManifestEntry], list[Finding], str]:
+        if self.root is None or name not in self.inv.files:
+            present = self.root is not None and (name in self.inv.symlinks or name in self.inv.special)
+            return {}, [], "not a regular file" if present else "missing"
+        data = (self.root / name).read_bytes()
+        entries, problems = parse_manifest(data, name)
+        return {e.path: e for e in entries}, problems, "ok"
+
+    def _meta(self) -> tuple[dict | None, str | None, bytes | None]:
+        if self.root is None or RELEASE_JSON not in self.inv.files:
+            return None, f"{RELEASE_JSON} is missing", None
+        b = (self.root / RELEASE_JSON).read_bytes()
+        try:
+            m = json.loads(b.decode("utf-8"))
+        except (UnicodeDecodeError, ValueError) as e:
+            return None, f"{RELEASE_JSON} is not valid JSON ({e})", b
+        if not isinstance(m, dict):
+            return None, f"{RELEASE_JSON} is not a JSON object", b
+        return m, None, b
+
+    def _repo(self, repo: Any) -> tuple[Any, str | None]:
+        import git
+
+        if repo is not None and not isinstance(repo, (str, os.PathLike)):
+            return repo, None
+        start = Path(repo) if repo is not None else (self.source.parent if self.is_archive else self.source)
+        try:
+            return git.Repo(start, search_parent_directories=repo is None), None
+        except (git.InvalidGitRepositoryError, git.NoSuchPathError):
+            if repo is not None:
+                return None, f"{repo} is not a git repository"
+            return None, None
+
+    # --- helpers
+    def sha(self, rel: str) -> str | None:
+        d = self.digests.get(rel)
+        return d.sha256 if isinstance(d, FileDigest) else None
+
+    def payload_files(self) -> list[str]:
+        return [p for p in self.inv.files if p.startswith(PAYLOAD_DIR + "/")]
+
+    def regen(self) -> dict[str, dict[str, Path | Exception]]:
+        if self._regen is None:
+            self._regen_tmp = tempfile.TemporaryDirectory(prefix="evidence-regen-")
+            sde = dig(self.meta, "freeze", "source_date_epoch") if isinstance(self.meta, dict) else None
+            self._regen = {}
+            for rid in self.run_ids():
+                raw = self.root / payload_path("raw", rid)
+                if raw.is_dir() and not raw.is_symlink():
+                    self._regen[rid] = regenerate(raw, Path(self._regen_tmp.name), sde=sde if isinstance(sde, int) else None)
+        return self._regen
+
+    def run_ids(self) -> list[str]:
+        raw = {p.split("/")[2] for p in self.inv.files if p.startswith(f"{PAYLOAD_DIR}/raw/") and p.count("/") >= 3}
+        listed = {r.get("id") for r in (self.meta or {}).get("runs", []) if isinstance(r, dict)} if isinstance(self.meta, dict) else set()
+        return sorted((raw | {x for x in listed if isinstance(x, str)}), key=path_key)
+
+    def close(self) -> None:
+        if self._regen_tmp is not None:
+            self._regen_tmp.cleanup()
+
+
+CheckFn = Callable[[VerifyContext], tuple[str, str, list[Finding]]]
+
+
+def check(check_id: str, title: str) -> Callable[[CheckFn], CheckFn]:
+    """Give a check function its stable id and title; the order checks run in is registry.ORDER."""
+    def deco(fn: CheckFn) -> CheckFn:
+        fn.check_id, fn.title = check_id, title  # type: ignore[attr-defined]
+        return fn
+    return deco
+
+
+def result(findings: list[Finding], ok_msg: str, fail_msg: str) -> tuple[str, str, list[Finding]]:
+    return ("fail", fail_msg.format(n=len(findings)), findings) if findings else ("pass", ok_msg, [])
+
+
+SKIP_NO_META = ("skip", "release.json is unreadable (see metadata.canonical)", [])

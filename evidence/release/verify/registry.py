@@ -1,0 +1,48 @@
+"""The checks `verify` runs, in the order it runs them: cheap structural checks first (as bagit-python's
+`Bag.validate` does), then fixity, metadata, git, and regeneration last. Ids and order are stable:
+scripts and published verify outputs name them."""
+
+from __future__ import annotations
+
+from evidence.release.verify import checks_archive as archive
+from evidence.release.verify import checks_bagit as bagit
+from evidence.release.verify import checks_git as git
+from evidence.release.verify import checks_metadata as metadata
+from evidence.release.verify import checks_paths as paths
+from evidence.release.verify import checks_regen as regen
+from evidence.release.verify.context import CheckFn
+
+ORDER: tuple[CheckFn, ...] = (
+    archive.archive_members,
+    archive.archive_sha,
+    paths.absolute,
+    paths.dotdot,
+    paths.backslash,
+    paths.encoding,
+    paths.collision,
+    paths.symlinks,
+    paths.hardlinks,
+    paths.special,
+    bagit.declaration,
+    bagit.manifests,
+    bagit.oxum,
+    bagit.info,
+    bagit.missing,
+    bagit.unexpected,
+    bagit.fixity_payload,
+    bagit.fixity_tag,
+    metadata.canonical,
+    metadata.agrees,
+    metadata.provenance,
+    git.git_tag,
+    git.git_annotated,
+    git.git_peel,
+    git.git_message,
+    git.git_files,
+    regen.regen_analysis,
+    regen.regen_figures,
+    regen.regen_report,
+)
+
+CHECKS: dict[str, tuple[str, CheckFn]] = {fn.check_id: (fn.title, fn) for fn in ORDER}  # type: ignore[attr-defined]
+CHECK_IDS = tuple(CHECKS)

@@ -6,7 +6,6 @@
     archive.py         the deterministic tar; safe extraction
     metadata.py        bag-info.txt, per-run provenance statements, seal (writes the manifests)
     regen.py           regenerate a run's analysis, figures and report from its raw files
-    secrets_legacy.py  the secret scanner freeze runs (to be replaced by evidence/secrets.py)
     freeze.py          runs -> releases/<tag>/, its tar, one commit, an annotated tag
     verify/            `verify`: context.py (what checks share), checks_*.py (one module per area),
                        registry.py (the explicit check order; CHECK_IDS)

@@ -22,7 +22,7 @@ from evidence.release.layout import (ALLOW_VALUES, DERIVED_ROLES, FORMAT, MANIFE
 from evidence.release.metadata import iso_utc, seal
 from evidence.release.regen import copy_tree_files, current_render_environment, regenerate
 from evidence.rundir import RunDir
-from evidence.release.secrets_legacy import scan_secrets
+from evidence.secrets import scan_files
 
 
 @dataclass
@@ -148,7 +148,7 @@ def _refuse_bad_payload(staging: Path, workers: int | None) -> None:
     if bad:
         raise ReleaseError("file names in the payload cannot be released: "
                            + "; ".join(f"{p!r} {w}" for p, w in bad[:8]) + ". Rename them in the run directory.")
-    secrets = scan_secrets(staging / PAYLOAD_DIR, inv.files, workers=workers)
+    secrets = scan_files(staging / PAYLOAD_DIR, inv.files, workers=workers)
     if secrets:
         raise ReleaseError(f"found {len(secrets)} unredacted secret(s) in the payload: "
                            + "; ".join(f"data/{s}" for s in secrets[:8]) + (" ..." if len(secrets) > 8 else "")

@@ -28,7 +28,8 @@ import git
 import pytest
 
 from evidence import canon
-from evidence.release import archive, freeze, layout, manifest, metadata, secrets_legacy, verify
+from evidence import secrets
+from evidence.release import archive, freeze, layout, manifest, metadata, verify
 from evidence.release import files as rfiles
 from rundir_fixtures import build_run, default_provenance, demo_spec
 
@@ -527,7 +528,7 @@ def test_freeze_refuses_no_runs_and_bad_tag(work):
     "-----BEGIN RSA PRIVATE KEY-----",
 ])
 def test_find_secrets_positive(text):
-    assert secrets_legacy.find_secrets(text), text
+    assert secrets.find_secrets(text), text
 
 
 @pytest.mark.parametrize("text", [
@@ -536,7 +537,7 @@ def test_find_secrets_positive(text):
     "https://huggingface.co/Qwen/Qwen2.5", "HF_TOKEN=${HF_TOKEN}", "task-1234567890abcdefghijklmnop",
 ])
 def test_find_secrets_negative(text):
-    assert secrets_legacy.find_secrets(text) == [], text
+    assert secrets.find_secrets(text) == [], text
 
 
 def test_manifest_roundtrip_and_format_problems():

@@ -130,10 +130,10 @@ def free_port(host: str = "127.0.0.1") -> int:
 _OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
 
-def http_get(url: str, timeout: float = 3.0) -> tuple[int, str]:
+def http_get(url: str, timeout: float = 3.0, headers: Mapping[str, str] | None = None) -> tuple[int, str]:
     """(status, body) of a GET; status 0 when nothing answered."""
     try:
-        with _OPENER.open(url, timeout=timeout) as r:
+        with _OPENER.open(urllib.request.Request(url, headers=dict(headers or {})), timeout=timeout) as r:
             return r.status, r.read().decode("utf-8", "replace")
     except urllib.error.HTTPError as e:
         try:
@@ -235,8 +235,18 @@ class HttpEngine:
         """`resolved()` as typed entries."""
         return {k: Setting.from_dict(v) for k, v in self.resolved().items()}  # type: ignore[attr-defined]
 
+    @property
+    def api_key(self) -> str | None:
+        """The API key from the environment variable the spec names (read now, never stored or recorded)."""
+        spec = getattr(self, "spec", None)
+        if spec is None:
+            return None
+        return os.environ.get(spec.engine.api_key_env_name()) or None
+
     def _get(self, path: str, timeout: float = 3.0) -> tuple[int, str]:
-        return http_get(self.base_url.rstrip("/") + path, timeout)
+        key = self.api_key
+        return http_get(self.base_url.rstrip("/") + path, timeout,
+                        {"Authorization": f"Bearer {key}"} if key else None)
 
     def version(self) -> str | None:
         status, body = self._get("/version")

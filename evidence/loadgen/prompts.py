@@ -159,8 +159,8 @@ class PromptError(Exception):
     pass
 
 
-async def _post_json(session: Any, url: str, body: dict) -> dict:
-    async with session.post(url, json=body) as resp:
+async def _post_json(session: Any, url: str, body: dict, headers: dict[str, str] | None = None) -> dict:
+    async with session.post(url, json=body, headers=headers) as resp:
         text = await resp.text()
         if resp.status != 200:
             raise PromptError(f"POST {url} -> HTTP {resp.status}: {text[:300]}")
@@ -170,20 +170,23 @@ async def _post_json(session: Any, url: str, body: dict) -> dict:
             raise PromptError(f"POST {url} returned non-JSON: {text[:300]}") from exc
 
 
-async def _detokenize(session: Any, base: str, model: str, ids: list[int]) -> str:
-    d = await _post_json(session, base + "/detokenize", {"model": model, "tokens": ids})
+async def _detokenize(session: Any, base: str, model: str, ids: list[int], headers: dict[str, str] | None = None) -> str:
+    d = await _post_json(session, base + "/detokenize", {"model": model, "tokens": ids}, headers)
     return d["prompt"]
 
 
-async def _tokenize(session: Any, base: str, model: str, text: str, special: bool) -> list[int]:
-    d = await _post_json(session, base + "/tokenize", {"model": model, "prompt": text, "add_special_tokens": special})
+async def _tokenize(session: Any, base: str, model: str, text: str, special: bool,
+                    headers: dict[str, str] | None = None) -> list[int]:
+    d = await _post_json(session, base + "/tokenize", {"model": model, "prompt": text, "add_special_tokens": special},
+                         headers)
     return list(d["tokens"])
 
 
 async def make_text_prompts(session: Any, base_url: str, model: str, n: int, input_len: int, output_len: int,
                             seed: int, vocab_size: int, *, range_ratio: float = 0.0,
                             reserved_low: int = DEFAULT_RESERVED_LOW, max_rounds: int = 10,
-                            parallel: int = 8, strict: bool = False) -> list[Prompt]:
+                            parallel: int = 8, strict: bool = False,
+                            headers: dict[str, str] | None = None) -> list[Prompt]:
     """`n` text prompts that the server's own tokenizer counts as exactly `input_len`
     tokens (special tokens it adds included, as `/v1/completions` adds them).
 
@@ -192,14 +195,16 @@ async def make_text_prompts(session: Any, base_url: str, model: str, n: int, inp
     ids up to one short of the target (too long) or all of them (too short),
     fill up with fresh seeded ids and go again. A prompt that
     does not converge keeps the last text with `seen_len` recording the server's
-    count (`mismatch` != 0); with `strict=True` that raises instead.
+    count (`mismatch` != 0); with `strict=True` that raises instead. `headers` go
+    with every request (the API key: `Authorization: Bearer ...`).
     """
     _check(n, input_len, output_len, vocab_size, reserved_low)
     base = base_url.rstrip("/")
     # How many special tokens does the server add to a completion prompt? (BOS, ...)
-    probe = await _detokenize(session, base, model, _ids(f"{_LABEL}/probe/{seed}", 8, reserved_low, vocab_size))
-    with_sp = await _tokenize(session, base, model, probe, True)
-    without = await _tokenize(session, base, model, probe, False)
+    probe = await _detokenize(session, base, model, _ids(f"{_LABEL}/probe/{seed}", 8, reserved_low, vocab_size),
+                              headers)
+    with_sp = await _tokenize(session, base, model, probe, True, headers)
+    without = await _tokenize(session, base, model, probe, False, headers)
     n_special = len(with_sp) - len(without)
     sem = asyncio.Semaphore(max(1, parallel))
 
@@ -212,12 +217,12 @@ async def make_text_prompts(session: Any, base_url: str, model: str, n: int, inp
         async with sem:
             text, seen, rounds, back = "", -1, 0, 0
             for rounds in range(1, max_rounds + 1):
-                text = await _detokenize(session, base, model, ids)
-                seen_ids = await _tokenize(session, base, model, text, True)
+                text = await _detokenize(session, base, model, ids, headers)
+                seen_ids = await _tokenize(session, base, model, text, True, headers)
                 seen = len(seen_ids)
                 if seen == L:
                     break
-                content = await _tokenize(session, base, model, text, False)
+                content = await _tokenize(session, base, model, text, False, headers)
                 if len(content) > content_target:
                     # Too long: keep the server's tokens up to the target, then, if still too
                     # long next time, one fewer each time, drawing fresh ids for the rest.

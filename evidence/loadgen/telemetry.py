@@ -187,7 +187,7 @@ class TelemetrySampler:
     """
 
     def __init__(self, base_url: str, interval_s: float = 0.25, timeout_s: float = 5.0,
-                 wanted: dict[str, str] = WANTED):
+                 wanted: dict[str, str] = WANTED, headers: dict[str, str] | None = None):
         import aiohttp
 
         self.url = base_url.rstrip("/") + "/metrics"
@@ -197,6 +197,7 @@ class TelemetrySampler:
         self._prefixes = _prefixes(wanted)
         self._aiohttp = aiohttp
         self._session: Any = None
+        self._headers = dict(headers or {})  # may hold the API key: never recorded
         self.samples: list[dict[str, float]] = []
         self.failures: int = 0
         self.last_error: str | None = None
@@ -233,7 +234,7 @@ class TelemetrySampler:
         aiohttp = self._aiohttp
         if self._session is None:
             self._session = aiohttp.ClientSession(
-                connector=aiohttp.TCPConnector(limit=1),
+                connector=aiohttp.TCPConnector(limit=1), headers=self._headers,
                 timeout=aiohttp.ClientTimeout(total=self.timeout_s))
         try:
             async with self._session.get(self.url) as resp:

@@ -41,8 +41,10 @@ from evidence.loadgen.http_h1 import H1Client
 from evidence.loadgen.prompts import Prompt
 from evidence.loadgen.schedule import arrival_schedule, describe_schedule
 from evidence.loadgen.sse import SSEStream
+from evidence.loadgen.stop import StopFlag
 from evidence.loadgen.telemetry import TelemetrySampler
 from evidence.records import Phase, RequestRecord
+from evidence.spec.model import Spec
 
 try:  # pragma: no cover - depends on the environment
     import uvloop as _uvloop
@@ -67,8 +69,11 @@ class TrialConfig:
     temperature: float | None = 0.0
     phase: Phase = "measure"
     request_timeout_s: float | None = 600.0
-    extra_body: Mapping[str, Any] = field(default_factory=dict)
+    extra_body: Mapping[str, Any] = field(default_factory=dict)  # merged into every request body
     extra_headers: Mapping[str, str] = field(default_factory=dict)
+    # Sent as `Authorization: Bearer <key>` on every request (completions, /metrics);
+    # never written anywhere: not in repr, not in TrialMeta.
+    api_key: str | None = field(default=None, repr=False)
     http_stack: str = "auto"
     endpoint: str = "/v1/completions"
     telemetry: bool = True
@@ -77,6 +82,17 @@ class TrialConfig:
     freeze_gc: bool = True
     normalize_schedule: bool = True
     preconnect: bool = True
+    # Checked between requests: once set, nothing more is sent, requests in flight get
+    # `stop_grace_s` to finish, the rest are cancelled; completed records are returned.
+    stop: StopFlag | None = field(default=None, repr=False, compare=False)
+    stop_grace_s: float = 5.0
+
+    def headers(self) -> dict[str, str]:
+        """The request headers besides the stack's own (the API key included: never log these)."""
+        h = dict(self.extra_headers)
+        if self.api_key:
+            h["Authorization"] = f"Bearer {self.api_key}"
+        return h
 
     def __post_init__(self) -> None:
         if self.max_concurrency is not None and self.max_concurrency < 1:
@@ -86,6 +102,20 @@ class TrialConfig:
 
     def replace(self, **changes: Any) -> "TrialConfig":
         return dataclasses.replace(self, **changes)
+
+    @classmethod
+    def from_spec(cls, spec: Spec, *, base_url: str, model: str, prompts: Sequence[Prompt],
+                  max_concurrency: int | None, seed: int, phase: Phase = "measure", **overrides: Any) -> "TrialConfig":
+        """A trial of the spec's workload (rate, burstiness, ignore_eos, temperature, extra_body,
+        request_timeout_s, endpoint), with the API key read now from the variable the spec names."""
+        w = spec.workload
+        fields: dict[str, Any] = dict(
+            base_url=base_url, model=model, prompts=prompts, max_concurrency=max_concurrency, seed=seed, phase=phase,
+            request_rate=w.request_rate, burstiness=w.burstiness, ignore_eos=w.ignore_eos,
+            temperature=w.temperature, extra_body=dict(w.extra_body), request_timeout_s=w.request_timeout_s,
+            endpoint=w.endpoint, api_key=os.environ.get(spec.engine.api_key_env_name()) or None)
+        fields.update(overrides)
+        return cls(**fields)
 
 
 @dataclass
@@ -120,9 +150,15 @@ class TrialMeta:
     telemetry: dict[str, Any]
     callback_errors: list[str]
     callback_error_count: int
+    # Only when a stop flag cut the trial short (absent otherwise, so meta.json is unchanged):
+    # reason, planned, completed, not_sent, cancelled, grace_s.
+    interrupted: dict[str, Any] | None = None
 
     def as_dict(self) -> dict[str, Any]:
-        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        d = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        if d["interrupted"] is None:
+            del d["interrupted"]
+        return d
 
 
 @dataclass
@@ -137,7 +173,20 @@ def request_body(model: str, prompt: Prompt, *, ignore_eos: bool, temperature: f
     """The JSON body of one streaming completion. `temperature=None` leaves it out, so
     the server's default applies (vLLM: the model's generation_config, else 1.0),
     which is what `vllm bench serve` does; 0.0 asks for greedy decoding, which on a
-    CPU server was 15-18% faster per step than sampling (bench/RESULTS-client.md)."""
+    CPU server was 15-18% faster per step than sampling (bench/RESULTS-client.md).
+
+    `extra_body` (spec `workload.extra_body`) is merged last, as given. What
+    `vllm bench serve` (0.26 and 0.32, backend openai; read in vLLM's
+    benchmarks/lib/endpoint_request_func.py, `async_request_openai_completions`)
+    puts in every request body: `model`, `prompt`, `"repetition_penalty": 1.0`,
+    `max_tokens`, `"logprobs": null`, `"stream": true`,
+    `"stream_options": {"include_usage": true}`, `"ignore_eos": true` only with
+    --ignore-eos, then its sampling options (--temperature, --top-p, ...) and
+    --extra-body; header `Authorization: Bearer $OPENAI_API_KEY` when that is set.
+    So to send what it sends: `temperature: null` and
+    `extra_body: {repetition_penalty: 1.0}` (without it the server applies the
+    model's generation_config value, e.g. 1.05 for Qwen2.5-3B-Instruct); `logprobs:
+    null` is the server's default anyway."""
     payload: dict[str, Any] = {
         "model": model,
         "prompt": prompt.payload_prompt,
@@ -188,7 +237,8 @@ async def run_trial_async(config: TrialConfig, *,
     http = c.http_stack
     if http == "auto":
         http = "aiohttp" if (session is not None or not url.startswith("http://")) else "h1"
-    headers = dict(c.extra_headers)
+    headers = c.headers()
+    stop = c.stop
     loop = asyncio.get_running_loop()
     prompts = c.prompts
     n = len(prompts)
@@ -205,7 +255,7 @@ async def run_trial_async(config: TrialConfig, *,
     sampler: TelemetrySampler | None = None
     tele_reason: str | None = "telemetry disabled by the caller"
     if c.telemetry:
-        sampler = TelemetrySampler(base, c.telemetry_interval_s)
+        sampler = TelemetrySampler(base, c.telemetry_interval_s, headers=headers)
         tele_reason = await sampler.probe()
     callback_errors: list[str] = []
     sem = asyncio.Semaphore(max_concurrency) if max_concurrency else None
@@ -216,6 +266,10 @@ async def run_trial_async(config: TrialConfig, *,
         gc.freeze()
         frozen = True
     preconnected = 0
+    # 0: not sent, 1: in flight, 2: complete (only 2 is returned when a stop cut the trial)
+    state = [0] * n
+    interrupted: dict[str, Any] | None = None
+    stop_task: asyncio.Task | None = None
     try:
         if http == "h1":
             client = H1Client(url, 0.0, timeout_s, headers)
@@ -235,14 +289,21 @@ async def run_trial_async(config: TrialConfig, *,
         if sampler is not None and tele_reason is None:
             sampler.start(t0)
 
-        async def one(rec: RequestRecord, body: bytes) -> None:
+        async def one(k: int, rec: RequestRecord, body: bytes) -> None:
             if sem is not None:
                 tw = time.perf_counter()
                 async with sem:
                     rec.slot_wait_s = time.perf_counter() - tw
+                    if stop is not None and stop.is_set():
+                        return  # between requests: stop sending
+                    state[k] = 1
                     await client.request(rec, body)
             else:
+                if stop is not None and stop.is_set():
+                    return
+                state[k] = 1
                 await client.request(rec, body)
+            state[k] = 2
             if on_request_done is not None:
                 try:
                     on_request_done(rec)
@@ -251,22 +312,34 @@ async def run_trial_async(config: TrialConfig, *,
 
         tasks = []
         create = loop.create_task
+        if stop is not None:
+            stop_task = create(_wait_for(stop))
         if all(s == 0.0 for s in schedule):
-            for rec, body in zip(records, bodies):
-                tasks.append(create(one(rec, body)))
+            if stop is None or not stop.is_set():
+                for k, (rec, body) in enumerate(zip(records, bodies)):
+                    tasks.append(create(one(k, rec, body)))
         else:
             pc = time.perf_counter
-            for rec, body in zip(records, bodies):
+            # with a stop flag, sleep in short steps so a stop is seen between sends
+            step = math.inf if stop is None else _STOP_POLL_S
+            for k, (rec, body) in enumerate(zip(records, bodies)):
                 due = t0 + rec.intended_s
                 # Loop timers can fire up to a millisecond early: never send before due.
-                while (delay := due - pc()) > 0:
-                    await asyncio.sleep(delay)
-                tasks.append(create(one(rec, body)))
-        await asyncio.gather(*tasks)
+                while (delay := due - pc()) > 0 and not (stop is not None and stop.is_set()):
+                    await asyncio.sleep(min(delay, step))
+                if stop is not None and stop.is_set():
+                    break
+                tasks.append(create(one(k, rec, body)))
+        if stop is None:
+            await asyncio.gather(*tasks)
+        else:
+            interrupted = await _finish_or_stop(tasks, stop, stop_task, c.stop_grace_s, state)
         t_end = time.perf_counter()
         cpu1 = time.process_time()
         ended_unix = time.time()
     finally:
+        if stop_task is not None:
+            stop_task.cancel()
         if frozen:
             gc.unfreeze()
         if client is not None:
@@ -277,6 +350,9 @@ async def run_trial_async(config: TrialConfig, *,
             await sampler.close()
         if own_session:
             await sess.close()
+    if interrupted is not None:
+        records = [r for k, r in enumerate(records) if state[k] == 2]
+        n = len(records)
     ok = sum(1 for r in records if r.ok)
     lags = [r.send_s - r.intended_s - r.slot_wait_s for r in records]
     wall = t_end - t0
@@ -313,8 +389,47 @@ async def run_trial_async(config: TrialConfig, *,
         telemetry=sampler.meta() if sampler is not None else {"enabled": False, "reason": tele_reason},
         callback_errors=callback_errors[:10],
         callback_error_count=len(callback_errors),
+        interrupted=interrupted,
     )
     return TrialResult(records=records, telemetry=list(sampler.samples) if sampler is not None else [], meta=meta)
+
+
+_STOP_POLL_S = 0.05
+
+
+async def _wait_for(stop: StopFlag) -> None:
+    """Return once the flag is set (a signal handler cannot wake the loop, so poll)."""
+    while not stop.is_set():
+        await asyncio.sleep(_STOP_POLL_S)
+
+
+async def _finish_or_stop(tasks: list[asyncio.Task], stop: StopFlag, stop_task: asyncio.Task | None,
+                          grace_s: float, state: list[int]) -> dict[str, Any] | None:
+    """Wait for every request, or, once `stop` is set, give those in flight `grace_s`
+    and cancel the rest. Returns what the stop did (None when it did not happen)."""
+    all_done = asyncio.gather(*tasks, return_exceptions=True)
+    cancelled = 0
+    if not stop.is_set() and stop_task is not None:
+        await asyncio.wait({all_done, stop_task}, return_when=asyncio.FIRST_COMPLETED)
+    if not stop.is_set():
+        results = await all_done
+    else:
+        if tasks:
+            await asyncio.wait(tasks, timeout=max(0.0, grace_s))
+        # tasks[k] is request k (both schedules create them in order); not-sent ones just stop waiting
+        cancelled = sum(1 for k, t in enumerate(tasks) if not t.done() and state[k] == 1)
+        for t in tasks:
+            if not t.done():
+                t.cancel()
+        results = await all_done
+    bugs = [r for r in results if isinstance(r, Exception)]
+    if bugs:
+        raise bugs[0]  # `one` records every request failure; anything else is a bug
+    done = state.count(2)
+    if not stop.is_set() or done == len(state):
+        return None
+    return {"reason": stop.reason, "planned": len(state), "completed": done,
+            "not_sent": state.count(0), "cancelled": cancelled, "grace_s": grace_s}
 
 
 def new_event_loop() -> asyncio.AbstractEventLoop:
@@ -354,7 +469,7 @@ def run_trial(config: TrialConfig, *, on_request_done: Callable[[RequestRecord],
     return run_sync(run_trial_async(config, on_request_done=on_request_done, session=session))
 
 
-__all__ = ["TrialConfig", "TrialMeta", "TrialResult", "SSEStream", "AiohttpClient", "H1Client", "arrival_schedule",
+__all__ = ["StopFlag", "TrialConfig", "TrialMeta", "TrialResult", "SSEStream", "AiohttpClient", "H1Client", "arrival_schedule",
            "make_session", "request_body", "run_trial", "run_trial_async", "run_sync", "new_event_loop",
            "READ_BUFSIZE"]
 

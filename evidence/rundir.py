@@ -184,6 +184,15 @@ class RunDir:
             n += 1
 
     # --- state -------------------------------------------------------------
+    def set_status(self, status: str, **extra: Any) -> None:
+        """Rewrite run.json's status (the one field of run.json that changes over a run)."""
+        from evidence.canon import read_json, write_json
+
+        info = read_json(self.run_json)
+        info["status"] = status
+        info.update(extra)
+        write_json(self.run_json, info)
+
     def completed_trials(self) -> list[str]:
         if not self.trials_dir.exists():
             return []

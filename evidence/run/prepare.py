@@ -45,13 +45,6 @@ def tool_info() -> dict:
     return {"name": "evidence", "version": __version__}
 
 
-def set_status(rd: RunDir, status: str, **extra: Any) -> None:
-    info = read_json(rd.run_json)
-    info["status"] = status
-    info.update(extra)
-    write_json(rd.run_json, info)
-
-
 def _creation_file(name: str) -> bool:
     """A file the creation of a run directory writes (or its write_atomic temporary)."""
     return name in RAW_FILES or any(fnmatch.fnmatch(name, f".{n}.*.tmp") for n in RAW_FILES)

@@ -29,8 +29,7 @@ from typing import Any
 from evidence.canon import sha256_file, write_json
 from evidence.records import write_records
 from evidence.resources import VLLM_LAUNCHER
-from evidence.run.session import RunError, make_prompts, start_engine
-from evidence.run.session import served_name as _served  # the name the load-generator call lines use
+from evidence.run.session import RunError, make_prompts, served_name, start_engine, trial_config
 from evidence.rundir import META, PROFILE_JSON, REQUESTS, RunDir
 from evidence.spec.model import Launch, Spec
 
@@ -113,7 +112,17 @@ def profile_spec(spec: Spec, trace_dir: Path) -> tuple[Spec, list[str]]:
     return spec.model_copy(update={"engine": new_engine}), ["--profiler-config", json.dumps({"profiler": "cuda"})]
 
 
-def run_profile(spec: Spec, rd: RunDir, *, repo_root: Path, say=lambda *a, **k: None) -> dict:
+def run_profile(spec: Spec, rd: RunDir, *, repo_root: Path, say=lambda *a, **k: None, intr=None) -> dict:
+    """The profile run; `intr` (run.signals.Interrupts): a signal stops it between requests, never inside I/O."""
+    from contextlib import nullcontext
+
+    def shield():
+        return intr.shielded() if intr is not None else nullcontext(None)
+
+    def check() -> None:
+        if intr is not None:
+            intr.check()
+
     from evidence import engines as engine_mod
     from evidence.loadgen import trial as loadgen
 
@@ -139,26 +148,25 @@ def run_profile(spec: Spec, rd: RunDir, *, repo_root: Path, say=lambda *a, **k: 
     try:
         start_engine(engine, rd, pspec, say)
         engine_version = engine.version()
-        w = spec.workload
         for point in spec.profile.points:
             n = spec.profile_prompts_at(point)
             say(f"profiling C{point}: {n} prompts (diagnostic only, never mixed with measurements)")
-            prompts = make_prompts(spec, repo_root, engine.base_url, _served(spec), n, spec.workload.seed + point)
+            prompts = make_prompts(spec, repo_root, engine.base_url, served_name(spec), n, spec.workload.seed + point)
             # warm the fresh server with the same shape so compilation is outside the window
-            loadgen.run_trial(loadgen.TrialConfig(
-                base_url=engine.base_url, model=_served(spec), prompts=prompts[: min(len(prompts), point)],
-                max_concurrency=point, request_rate="inf", burstiness=1.0, seed=0,
-                ignore_eos=w.ignore_eos, temperature=w.temperature, phase="warmup", telemetry=False))
+            with shield() as stop:
+                loadgen.run_trial(trial_config(spec, engine.base_url, prompts[: min(len(prompts), point)],
+                                               max_concurrency=point, phase="warmup", request_rate="inf",
+                                               burstiness=1.0, seed=0, telemetry=False, stop=stop))
+            check()
             before = {p for p in trace_dir.rglob("*") if p.is_file()}
             c_start_sent = _clock()
             # torch: opens the torch profiler; nsys: vLLM's "cuda" profiler calls cudaProfilerStart,
             # which opens nsys's capture range (--capture-range=cudaProfilerApi).
             _post(engine.base_url + "/start_profile")
             c_start_ack = _clock()
-            res = loadgen.run_trial(loadgen.TrialConfig(
-                base_url=engine.base_url, model=_served(spec), prompts=prompts, max_concurrency=point,
-                request_rate=w.request_rate, burstiness=w.burstiness, seed=point,
-                ignore_eos=w.ignore_eos, temperature=w.temperature, phase="profile"))
+            with shield() as stop:
+                res = loadgen.run_trial(trial_config(spec, engine.base_url, prompts, max_concurrency=point,
+                                                     phase="profile", seed=point, stop=stop))
             c_stop_sent = _clock()
             _post(engine.base_url + "/stop_profile")
             c_stop_ack = _clock()
@@ -195,6 +203,7 @@ def run_profile(spec: Spec, rd: RunDir, *, repo_root: Path, say=lambda *a, **k: 
             rd.event("profile_point_done", point=point, files=[p.name for p in moved])
             if not moved:
                 say(f"warning: no trace file appeared for C{point}")
+            check()  # a signal during the point: its trace is kept, the rest of the profile is not run
     finally:
         engine.stop()
     shutil.rmtree(trace_dir, ignore_errors=True)

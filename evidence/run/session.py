@@ -60,8 +60,11 @@ def make_prompts(spec: Spec, repo_root: Path, base_url: str, model: str, n: int,
                        "so it needs the vocabulary size from a local tokenizer folder: set model.tokenizer (or model.path).")
     vocab = pr.vocab_size_from_model_dir(tok_dir)
 
+    key = api_key(spec)
+    headers = {"Authorization": f"Bearer {key}"} if key else None
+
     async def _text():
-        async with aiohttp.ClientSession() as s:
+        async with aiohttp.ClientSession(headers=headers) as s:
             return await pr.make_text_prompts(s, base_url, model, n, w.input_len, w.output_len, seed, vocab)
 
     return asyncio.run(_text())
@@ -145,3 +148,51 @@ def warmup_failure(records, spec: Spec) -> str | None:
     return (f"all {len(records)} warm-up requests failed, so the sweep was not started. The server's answer "
             f"({n} of {len(records)}): {said}: {error or '(no body)'}. Likely cause: "
             f"{_likely_cause(status, error, spec, api_key(spec) is not None)}.")
+
+
+def trial_config(spec: Spec, base_url: str, prompts, *, max_concurrency: int | None, phase: str,
+                 stop=None, **overrides):
+    """The load generator's TrialConfig for this spec: the workload's request fields, timeout and API key.
+
+    Every caller (trials, warm-up, profile) builds its config here, so what a spec says about
+    requests (extra_body, request_timeout_s, the key) reaches all of them alike.
+    """
+    from evidence.loadgen.trial import TrialConfig
+
+    w = spec.workload
+    base = dict(base_url=base_url, model=served_name(spec), prompts=prompts, max_concurrency=max_concurrency,
+                request_rate=w.request_rate, burstiness=w.burstiness, ignore_eos=w.ignore_eos,
+                temperature=w.temperature, phase=phase, extra_body=dict(w.extra_body),
+                request_timeout_s=w.request_timeout_s, api_key=api_key(spec), stop=stop)
+    base.update(overrides)
+    return TrialConfig(**base)
+
+
+def record_provenance(spec: Spec, spec_path: Path, rd: RunDir, engine, repo_root: Path, *,
+                      code_commit: str | None, allow_drift: bool, reason: str) -> Path:
+    """Collect provenance and check the pins; write provenance.json (numbered after the first).
+
+    Called before anything runs (a refusal raises RunError with what was probed and what to
+    do) and again when a new engine session starts (the record of what that server ran on).
+    """
+    from evidence.canon import sha256_file
+    from evidence.run.provenance import collect as prov_mod
+    from evidence.run.provenance.pins import refusal_message
+
+    prov = prov_mod.collect_provenance(spec, repo_root=repo_root, engine=engine,
+                                       engine_python=getattr(engine, "python", None), code_commit=code_commit)
+    prov["spec_sha256"] = sha256_file(spec_path)
+    pins = prov_mod.check_pins(spec, prov)
+    prov["pins"] = pins
+    bad = [p for p in pins if not p["ok"]]
+    prov["drift_allowed"] = bool(bad) and allow_drift
+    prov_path = rd.numbered(rd.provenance)
+    write_json(prov_path, prov)
+    rd.event("provenance_recorded", file=str(prov_path.relative_to(rd.path)), reason=reason)
+    if bad and not allow_drift:
+        rd.event("refused_pins", mismatches=bad)
+        rd.set_status("refused")
+        raise RunError(refusal_message(spec, prov, bad, prov_path))
+    if bad:
+        rd.event("drift_allowed", mismatches=bad)
+    return prov_path

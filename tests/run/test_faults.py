@@ -5,6 +5,7 @@ its first milliseconds, one line per trial without a progress bar, the closing t
 from __future__ import annotations
 
 import io
+import re
 import sys
 from pathlib import Path
 
@@ -169,5 +170,53 @@ def test_cli_run_ends_with_the_table_and_the_next_command(tmp_path, tiny_model):
         r = CliRunner().invoke(app, ["run", str(spec), "--runs-dir", str(tmp_path / "runs"), "--run-id", "t",
                                      "--no-progress"])
     assert r.exit_code == 0, r.output
-    assert "TTFT p99" in r.output and "│    C4 │" in r.output
+    assert "per point: medians over its trials" in r.output and "TTFT" in r.output and "p99" in r.output
+    assert re.search(r"│ +C4 │ +1 │ +[\d,.]+ │.*0 of 8 │", r.output), r.output
     assert f"next: evidence report {tmp_path / 'runs' / 't'}" in r.output
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.mark.parametrize("sig,delay", [("SIGTERM", 0.3), ("SIGTERM", 1.1), ("SIGINT", 0.6), ("SIGINT", 1.9)])
+def test_a_signal_mid_trial_stops_between_requests_and_keeps_what_completed(tmp_path, tiny_model, sig, delay):
+    """SIGTERM/SIGINT during a measured trial: no traceback, exit 130, never 'complete'; the trial's
+    completed requests are kept under aborted/ (all of them answered), and the same command resumes."""
+    import signal
+    import subprocess
+    import time
+
+    with StandinServer(model="standin", itl_s=0.02) as url:
+        spec = write_spec(tmp_path / "s.yaml", base_url=url, served="standin", model_dir=tiny_model, points=(2,),
+                          repeats=1, per=8, output_len=40, warmup=0)
+        rd = tmp_path / "runs" / "s"
+        cmd = [sys.executable, "-m", "evidence.cli", "run", str(spec), "--runs-dir", str(tmp_path / "runs"),
+               "--run-id", "s", "--no-progress"]
+        p = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            if (rd / "events.jsonl").exists() and any(e["event"] == "trial_start" for e in events(rd)):
+                break
+            time.sleep(0.01)
+        time.sleep(delay)
+        p.send_signal(getattr(signal, sig))
+        out, err = p.communicate(timeout=60)
+        assert p.returncode == 130, (out, err)
+        assert "Traceback" not in err and "Traceback" not in out, err
+        assert read_json(rd / "run.json")["status"] == "incomplete"
+        ev = [e["event"] for e in events(rd)]
+        assert "trial_interrupted" in ev and ev[-1] == "interrupted" and "run_complete" not in ev
+        assert not (rd / "trials" / "r1-c2").exists()
+        from evidence.records import read_records
+
+        kept = read_records(rd / "aborted" / "r1-c2" / "requests.jsonl")
+        assert 0 < len(kept) < 16 and all(r.ok and r.completion_tokens == 40 for r in kept)
+        assert read_json(rd / "aborted" / "r1-c2" / "meta.json")["interrupted"]["reason"] == f"{sig} received"
+        r = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert trial_ids(rd) == ["r1-c2"] and (rd / "aborted" / "r1-c2").exists()

@@ -1,0 +1,152 @@
+"""`evidence run SPEC --until-decided --max-repeats N`: add balanced blocks until every comparison is decided.
+
+After the planned repeats, and after every block added, the run takes a *look*: for each
+declared comparison (analysis.comparisons: a vs b) the pairs so far (output tok/s of a and
+of b in the same repeat) go to the sequential procedure `look(pairs, look_index, max_looks,
+alpha)` (evidence.analysis.sequential, handed in by the CLI: the runner does not import the
+analysis stage). The familywise alpha is split evenly over the comparisons (Bonferroni); the
+procedure spends each comparison's alpha over at most `max_looks` looks, so peeking after
+every block does not inflate the false-finding rate. When every comparison is decided the
+run stops; otherwise one more block (one repeat of every point, in the next rotation of the
+cyclic Latin square, on a new engine session when the spec has sessions > 1) is run, until
+the budget of N repeats is spent.
+
+Every look and the stopping rule are recorded: looks.jsonl (one line per look, then a line
+with "stop"), the same as events ("look", "until_decided_stop"), and plan.json, rewritten
+atomically with the added trials after the planned ones and an "until_decided" note.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from typing import Any, Callable
+
+from evidence.canon import read_json, write_json
+from evidence.records import dumps_line
+from evidence.run.session import RunError
+from evidence.run.sweep import RunContext, run_trials, trial_session
+from evidence.rundir import SUMMARY, RunDir
+from evidence.spec.model import Spec
+from evidence.spec.plan import Trial, point_seed, repeat_orders
+
+ALPHA = 0.05
+METRIC = "output_throughput"
+
+Look = Callable[..., Any]
+
+
+def check_request(spec: Spec, max_repeats: int | None) -> None:
+    """Refuse, before anything is created, an --until-decided run that could not work."""
+    if not spec.analysis.comparisons:
+        raise RunError("--until-decided needs the comparisons to decide: declare them in the spec under "
+                       "analysis.comparisons (e.g. [{a: 64, b: 128}]).")
+    if max_repeats is None:
+        raise RunError("--until-decided needs a budget: --max-repeats N (the most repeats of every point).")
+    if max_repeats < spec.sweep.repeats:
+        raise RunError(f"--max-repeats {max_repeats} is below the spec's planned repeats ({spec.sweep.repeats}); "
+                       "the budget counts the planned repeats too.")
+
+
+def _looks(rd: RunDir) -> list[dict]:
+    if not rd.looks.is_file():
+        return []
+    return [json.loads(ln) for ln in rd.looks.read_text(encoding="utf-8").splitlines() if ln.strip()]
+
+
+def stopped(rd: RunDir) -> bool:
+    """Whether the stopping rule has already ended this run's looks."""
+    return any("stop" in ln for ln in _looks(rd))
+
+
+def _append_look(rd: RunDir, row: dict) -> None:
+    with open(rd.looks, "a", encoding="utf-8") as f:
+        f.write(dumps_line(row))
+
+
+def pairs(rd: RunDir, trials: list[Trial], a: int, b: int) -> list[tuple[float, float]]:
+    """(a, b) output tok/s from the same repeat, for every repeat where both trials are complete."""
+    done = set(rd.completed_trials())
+    val: dict[tuple[int, int], float] = {}
+    for t in trials:
+        if t.id in done and t.point in (a, b):
+            v = read_json(rd.trial_dir(t.id) / SUMMARY).get(METRIC)
+            if v is not None:
+                val[(t.repeat, t.point)] = float(v)
+    reps = sorted({r for r, _ in val})
+    return [(val[(r, a)], val[(r, b)]) for r in reps if (r, a) in val and (r, b) in val]
+
+
+def _as_dict(d: Any) -> dict:
+    if hasattr(d, "as_dict"):
+        return d.as_dict()
+    if dataclasses.is_dataclass(d):
+        return dataclasses.asdict(d)
+    return dict(d)
+
+
+def next_block(spec: Spec, trials: list[Trial]) -> list[Trial]:
+    """One more repeat of every point, in the next rotation of the cyclic Latin square."""
+    sw = spec.sweep
+    r = max(t.repeat for t in trials) + 1
+    order = repeat_orders(list(sw.points), r, "balanced", None)[r - 1]
+    extra: dict[str, Any] = {}
+    if "session" in Trial.__dataclass_fields__:
+        last = max(trial_session(t) for t in trials)
+        extra["session"] = last + 1 if sw.sessions > 1 else last
+    start = len(trials)
+    return [Trial(index=start + i, repeat=r, point=p, position=i + 1, prompts=sw.prompts_at(p),
+                  seed=point_seed(spec.workload.seed, p), **extra) for i, p in enumerate(order)]
+
+
+def _extend_plan(rd: RunDir, trials: list[Trial], block: list[Trial], note: dict) -> None:
+    plan = read_json(rd.plan_json)
+    plan["trials"] = [t.as_dict() for t in trials + block]
+    plan["until_decided"] = note
+    write_json(rd.plan_json, plan)
+
+
+def run_until_decided(ctx: RunContext, trials: list[Trial], *, plan_repeats: int, max_repeats: int, look: Look,
+                      progress: bool) -> list[Trial]:
+    """Look, and add blocks until every comparison is decided or the budget is spent; returns all trials."""
+    spec, rd = ctx.spec, ctx.rd
+    comps = spec.analysis.comparisons
+    max_looks = max_repeats - plan_repeats + 1
+    alpha_each = ALPHA / len(comps)
+    rule = (f"after the {plan_repeats} planned repeat(s) and after each added block, look at every declared "
+            f"comparison ({len(comps)}; familywise alpha {ALPHA} split evenly: {alpha_each:g} each) with the "
+            f"sequential procedure over at most {max_looks} look(s); stop when every comparison is decided, or "
+            f"at {max_repeats} repeats")
+    seen = {ln["look"] for ln in _looks(rd) if "look" in ln and "stop" not in ln}
+    while True:
+        if stopped(rd):
+            return trials
+        repeats = max(t.repeat for t in trials)
+        k = repeats - plan_repeats + 1
+        results = []
+        for c in comps:
+            pr = pairs(rd, trials, c.a, c.b)
+            d = _as_dict(look(pr, look_index=k, max_looks=max_looks, alpha=alpha_each))
+            results.append({"a": c.a, "b": c.b, "metric": METRIC, "n_pairs": len(pr), **d})
+        all_decided = all(bool(r.get("decided")) for r in results)
+        row = {"look": k, "max_looks": max_looks, "repeats": repeats, "alpha_each": alpha_each,
+               "comparisons": results, "all_decided": all_decided}
+        if k not in seen:  # a resumed run recomputes the same look from the same trials: record it once
+            _append_look(rd, row)
+            rd.event("look", **row)
+            seen.add(k)
+            ctx.say(f"look {k} of at most {max_looks} after {repeats} repeat(s): "
+                    + "; ".join(f"C{r['a']} vs C{r['b']}: {r.get('verdict')}"
+                                + (" (decided)" if r.get("decided") else "") for r in results), highlight=False)
+        if all_decided or repeats >= max_repeats:
+            why = "every comparison decided" if all_decided else f"budget spent ({max_repeats} repeats)"
+            stop = {"stop": why, "look": k, "repeats": repeats, "rule": rule}
+            _append_look(rd, stop)
+            rd.event("until_decided_stop", **stop)
+            ctx.say(f"until-decided: stopped after {repeats} repeat(s): {why}", highlight=False)
+            return trials
+        block = next_block(spec, trials)
+        _extend_plan(rd, trials, block, {"planned_repeats": plan_repeats, "max_repeats": max_repeats, "rule": rule})
+        rd.event("plan_extended", repeat=block[0].repeat, trials=[t.id for t in block], look=k)
+        trials = trials + block
+        run_trials(ctx, len(trials), block, progress=progress)

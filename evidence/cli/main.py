@@ -155,6 +155,7 @@ def plan(
 # Stage modules add their commands here; a module is listed only once it works.
 # Listed in pipeline order, which is the order `evidence --help` shows them in.
 COMMAND_MODULES = (
+    "evidence.cli.spec",
     "evidence.cli.run",
     "evidence.cli.analysis",
     "evidence.cli.trace",

@@ -227,7 +227,7 @@ class Workload(_Model):
     input_len: Tokens
     output_len: Tokens
     range_ratio: Annotated[float, Field(ge=0, lt=1)] = 0.0
-    seed: int
+    seed: Annotated[int, Field(ge=-(2**63), le=2**63 - 1)]
     request_rate: Annotated[Union[Literal["inf"], Annotated[float, Field(gt=0)]], BeforeValidator(_check_request_rate)] = "inf"
     burstiness: Annotated[float, Field(gt=0)] = 1.0
     ignore_eos: bool = True
@@ -285,7 +285,7 @@ class Sweep(_Model):
     prompts: PromptCount
     repeats: Annotated[int, Field(gt=0, le=MAX_TRIALS)] = 1
     order: Literal["balanced", "fixed", "shuffled"] = "balanced"
-    order_seed: int | None = None
+    order_seed: Annotated[int, Field(ge=-(2**63), le=2**63 - 1)] | None = None
     warmup: Warmup = Field(default_factory=Warmup)
     cooldown_s: Annotated[float, Field(ge=0)] = 0.0
     sessions: Annotated[int, Field(ge=1, le=64)] = Field(

@@ -165,7 +165,11 @@ def _scalar(b: _Builder, node: yaml.Node, path: Path_) -> Any:
         b.out.problems.append((_pos(node.start_mark), path, f"YAML tag '{_tag(node.tag)}' is not allowed in a spec"))
         return None
     # SafeConstructor resolves the tag (int, float, bool, null, timestamp...) for us.
-    return b.constructor.construct_object(node, deep=True)  # type: ignore[arg-type]
+    try:
+        return b.constructor.construct_object(node, deep=True)  # type: ignore[arg-type]
+    except (ValueError, OverflowError) as exc:  # a 5,000-digit integer, a date like 2024-13-45
+        b.out.problems.append((_pos(node.start_mark), path, f"cannot read this value: {str(exc).split(';')[0]}"))
+        return None
 
 
 def parse_yaml(text: str) -> Located:

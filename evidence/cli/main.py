@@ -86,8 +86,12 @@ def validate(
     path; unknown keys get the closest known key as a suggestion; duplicate keys are
     errors. Exit 0 when valid, 2 otherwise.
     """
+    import json
+    import os
+
     s = load_spec_or_exit(spec, as_json)
     plan = make_plan(s)
+    key_env = s.engine.api_key_env_name()
     summary = {
         "ok": True,
         "name": s.name,
@@ -103,6 +107,13 @@ def validate(
         "trials": s.trial_count,
         "prompts_total": s.total_prompts,
         "warmup_requests": s.sweep.warmup.requests,
+        "sessions": s.sweep.sessions,
+        "request_timeout_s": s.workload.request_timeout_s,
+        "extra_body": s.workload.extra_body,
+        # The variable's name and whether it is set; its value is never printed.
+        "api_key_env": key_env,
+        "api_key_set": bool(os.environ.get(key_env)),
+        "article_commit": s.code.article_commit,
         "profile": ({"tool": s.profile.tool, "points": list(s.profile.points)} if s.profile.enabled else None),
         "comparisons": [f"C{c.a} vs C{c.b}" for c in s.analysis.comparisons],
     }
@@ -117,6 +128,13 @@ def validate(
     t.add_row("repeats", f"{s.sweep.repeats}, order {s.sweep.order}: {plan.note}")
     t.add_row("trials", f"{s.trial_count} ({s.total_prompts} prompts in total, plus {s.sweep.warmup.requests} warm-up)")
     t.add_row("workload", f"{s.workload.dataset} {s.workload.input_len} in / {s.workload.output_len} out, rate {s.workload.request_rate}, seed {s.workload.seed}")
+    if s.workload.extra_body:
+        t.add_row("extra body", json.dumps(s.workload.extra_body, sort_keys=True))
+    if s.sweep.sessions > 1:
+        t.add_row("sessions", f"{s.sweep.sessions} engine (re)starts, the repeats split between them")
+    t.add_row("api key", f"${key_env} " + ("is set (sent as Authorization: Bearer)" if summary["api_key_set"] else "is not set (no key sent)"))
+    if s.code.article_commit:
+        t.add_row("article commit", f"{s.code.article_commit} (provenance, not a pin)")
     if summary["profile"]:
         t.add_row("profile", f"{s.profile.tool} at {', '.join(f'C{p}' for p in s.profile.points)} (separate diagnostic run)")
     if summary["comparisons"]:

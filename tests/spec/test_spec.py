@@ -200,3 +200,33 @@ def test_random_text_never_tracebacks(tmp_path_factory, text):
         load_spec(p)
     except SpecError:
         pass
+
+
+def test_cli_validate_names_the_api_key_variable_never_its_value(tmp_path):
+    import json
+    import os
+
+    secret = "sk-test-do-not-print-0123456789"
+    env = {**os.environ, "VLLM_API_KEY": secret}
+    r = subprocess.run([sys.executable, "-m", "evidence.cli", "validate", "--json", str(ARTICLE)],
+                       capture_output=True, text=True, cwd=ROOT, env=env)
+    assert r.returncode == 0 and secret not in r.stdout + r.stderr
+    s = json.loads(r.stdout)
+    assert (s["api_key_env"], s["api_key_set"]) == ("VLLM_API_KEY", True)
+    assert s["extra_body"] == {"repetition_penalty": 1.0} and s["sessions"] == 1 and s["request_timeout_s"] == 600.0
+    assert s["article_commit"] == "1d721051945defd8898916a986fc696286e7946d"
+    env.pop("VLLM_API_KEY")
+    r = subprocess.run([sys.executable, "-m", "evidence.cli", "validate", str(ARTICLE)], capture_output=True, text=True,
+                       cwd=ROOT, env=env)
+    assert r.returncode == 0 and "$VLLM_API_KEY is not set" in r.stdout and "provenance, not a pin" in r.stdout
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.binary(max_size=300))
+def test_random_bytes_never_traceback(tmp_path_factory, data):
+    p = tmp_path_factory.mktemp("b") / "s.yaml"
+    p.write_bytes(data)
+    try:
+        load_spec(p)
+    except SpecError as e:
+        assert e.problems and all(isinstance(m, str) and m for _, _, m in e.problems)

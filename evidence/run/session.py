@@ -39,35 +39,16 @@ def model_source(spec: Spec, repo_root: Path) -> Path | None:
 
 
 def make_prompts(spec: Spec, repo_root: Path, base_url: str, model: str, n: int, seed: int):
-    from evidence.loadgen import prompts as pr
+    """The trial's prompts: ids bounded by a local tokenizer, one in the HF cache, or the server's own
+    /detokenize (an endpoint needs nothing local); see evidence.loadgen.vocab."""
+    from evidence.loadgen.prompts import PromptError
+    from evidence.loadgen.vocab import prompts_for_spec
 
-    w = spec.workload
-    mdir = model_source(spec, repo_root)
-    tok_dir = Path(spec.model.tokenizer) if spec.model.tokenizer else mdir
-    if w.prompt_form == "token_ids":
-        if tok_dir is None or not tok_dir.exists():
-            raise RunError("prompt_form 'token_ids' needs the model's vocabulary size, read from a local model folder "
-                           "(model.path or model.tokenizer); none is available. Give a local path or use prompt_form: text.")
-        vocab = pr.vocab_size_from_model_dir(tok_dir)
-        return pr.make_token_prompts(n, w.input_len, w.output_len, seed, vocab, range_ratio=w.range_ratio,
-                                     exclude=pr.special_token_ids_from_model_dir(tok_dir))
-    import asyncio
-
-    import aiohttp
-
-    if tok_dir is None or not tok_dir.exists():
-        raise RunError("prompt_form 'text' draws random token ids before checking them with the server's /tokenize, "
-                       "so it needs the vocabulary size from a local tokenizer folder: set model.tokenizer (or model.path).")
-    vocab = pr.vocab_size_from_model_dir(tok_dir)
-
-    key = api_key(spec)
-    headers = {"Authorization": f"Bearer {key}"} if key else None
-
-    async def _text():
-        async with aiohttp.ClientSession(headers=headers) as s:
-            return await pr.make_text_prompts(s, base_url, model, n, w.input_len, w.output_len, seed, vocab)
-
-    return asyncio.run(_text())
+    try:
+        return prompts_for_spec(spec, repo_root=repo_root, base_url=base_url, model=model, n=n, seed=seed,
+                                api_key=api_key(spec))
+    except PromptError as e:
+        raise RunError(f"cannot make the prompts: {e}") from None
 
 
 def start_engine(engine, rd: RunDir, spec: Spec, say, hooks: Hooks | None = None) -> None:
@@ -151,21 +132,17 @@ def warmup_failure(records, spec: Spec) -> str | None:
 
 
 def trial_config(spec: Spec, base_url: str, prompts, *, max_concurrency: int | None, phase: str,
-                 stop=None, **overrides):
-    """The load generator's TrialConfig for this spec: the workload's request fields, timeout and API key.
+                 seed: int, stop=None, **overrides):
+    """The load generator's TrialConfig for this spec (TrialConfig.from_spec: the workload's request
+    fields, timeout and API key), the served model name and the run's stop flag.
 
     Every caller (trials, warm-up, profile) builds its config here, so what a spec says about
-    requests (extra_body, request_timeout_s, the key) reaches all of them alike.
+    requests reaches all of them alike.
     """
     from evidence.loadgen.trial import TrialConfig
 
-    w = spec.workload
-    base = dict(base_url=base_url, model=served_name(spec), prompts=prompts, max_concurrency=max_concurrency,
-                request_rate=w.request_rate, burstiness=w.burstiness, ignore_eos=w.ignore_eos,
-                temperature=w.temperature, phase=phase, extra_body=dict(w.extra_body),
-                request_timeout_s=w.request_timeout_s, api_key=api_key(spec), stop=stop)
-    base.update(overrides)
-    return TrialConfig(**base)
+    return TrialConfig.from_spec(spec, base_url=base_url, model=served_name(spec), prompts=prompts,
+                                 max_concurrency=max_concurrency, seed=seed, phase=phase, stop=stop, **overrides)
 
 
 def record_provenance(spec: Spec, spec_path: Path, rd: RunDir, engine, repo_root: Path, *,

@@ -1,10 +1,13 @@
-"""The deterministic release tar: writing it, hashing it without writing, and extracting one safely."""
+"""The deterministic release tar: writing it, hashing it without writing, and extracting one safely:
+every member's name, type and size is checked against the archive and against what the release inside
+declares (manifests, release.json, Payload-Oxum) before a byte is written."""
 
 from __future__ import annotations
 
 import contextlib
 import hashlib
 import io
+import json
 import os
 import re
 import shutil
@@ -14,7 +17,9 @@ from pathlib import Path
 from typing import Any
 
 from evidence.release.files import inventory
-from evidence.release.layout import CHUNK, Finding, ReleaseError, path_key
+from evidence.release.layout import (BAG_INFO, CHUNK, MANIFEST, PAYLOAD_DIR, RELEASE_JSON, REQUIRED_FILES, TAGMANIFEST, Finding,
+                                     ReleaseError, path_key, printable)
+from evidence.release.manifest import parse_manifest
 
 
 def _tar_entries(release_dir: Path) -> list[tuple[str, Path, bool]]:
@@ -92,11 +97,16 @@ def tar_sha256_of_folder(release_dir: Path, *, mtime: int) -> str:
     return hw.h.hexdigest()
 
 
-def tar_member_problems(members: list[tarfile.TarInfo]) -> list[Finding]:
-    """Everything unsafe about an archive's members, found before anything is extracted."""
+_MEMBER_TYPES = (tarfile.REGTYPE, tarfile.AREGTYPE, tarfile.DIRTYPE)
+_TAG_READ_LIMIT = 64 << 20  # tag files are read into memory before extraction; a bigger one is not a release's
+
+
+def tar_member_problems(members: list[tarfile.TarInfo], archive_size: int | None = None) -> list[Finding]:
+    """Everything unsafe about an archive's members (names, types, sizes), found before anything is extracted."""
     out: list[Finding] = []
     seen: dict[str, int] = {}
     tops = set()
+    total = 0
     for m in members:
         name = m.name
         if name.startswith("/") or re.match(r"^[A-Za-z]:", name):
@@ -110,8 +120,16 @@ def tar_member_problems(members: list[tarfile.TarInfo]) -> list[Finding]:
             out.append(Finding(name, "a regular file or folder", f"a {'symbolic' if m.issym() else 'hard'} link to {m.linkname!r}", "link member"))
         elif m.isdev() or m.isfifo():
             out.append(Finding(name, "a regular file or folder", "a device or fifo", "special member"))
-        elif not (m.isfile() or m.isdir()):
+        elif m.sparse is not None or m.type == tarfile.GNUTYPE_SPARSE or any(k.startswith("GNU.sparse.") for k in m.pax_headers):
+            out.append(Finding(name, "a regular file stored whole", f"a sparse file claiming {m.size} bytes",
+                               "sparse member: its holes would be written out in full"))
+        elif m.type not in _MEMBER_TYPES:
             out.append(Finding(name, "a regular file or folder", f"type {m.type!r}", "unsupported member type"))
+        elif archive_size is not None and m.isfile():
+            total += m.size
+            if m.offset_data + m.size > archive_size:
+                out.append(Finding(name, f"at most the {archive_size - m.offset_data} bytes the archive holds after its header",
+                                   m.size, "the member claims more data than the archive holds"))
         key = name.rstrip("/")
         if key in seen:
             out.append(Finding(name, "each member once", "listed twice", "a later member would overwrite an earlier one"))
@@ -119,16 +137,81 @@ def tar_member_problems(members: list[tarfile.TarInfo]) -> list[Finding]:
         tops.add(parts[0])
     if len(tops) > 1:
         out.append(Finding("/", "one top-level folder (the release)", sorted(tops), "several top-level entries"))
+    if archive_size is not None and total > archive_size:
+        out.append(Finding("/", f"at most {archive_size} bytes in all (the archive's size)", total, "members claim more data than the archive holds"))
     return out
 
 
-def safe_extract(tar_path: Path, dest: Path) -> tuple[Path | None, list[Finding]]:
-    """Check every member first; extract only when all are safe, never outside dest, never a link.
-    Returns (the release folder, problems). Raises ReleaseError when the file is not a readable tar."""
+def _read_small(tf: tarfile.TarFile, m: tarfile.TarInfo | None) -> bytes | None:
+    if m is None or not m.isfile() or m.size > _TAG_READ_LIMIT:
+        return None
+    f = tf.extractfile(m)
+    return f.read(m.size) if f is not None else None
+
+
+def declared_problems(tf: tarfile.TarFile, members: list[tarfile.TarInfo]) -> list[Finding]:
+    """Members against what the release inside the archive declares, read before any byte is written:
+    every payload file is listed in manifest-sha256.txt with the size release.json gives it, the payload
+    adds up to bag-info.txt's Payload-Oxum, every other file is a tag file the tag manifest lists.
+    What cannot be read here (a missing manifest) is left to the checks, which report it."""
+    top = members[0].name.split("/")[0]
+    by_rel = {m.name[len(top) + 1:]: m for m in members if m.isfile() and m.name.startswith(top + "/")}
+    out: list[Finding] = []
+    manifest = tagmanifest = None
+    if (b := _read_small(tf, by_rel.get(MANIFEST))) is not None:
+        manifest = {e.path for e in parse_manifest(b, MANIFEST)[0]}
+    if (b := _read_small(tf, by_rel.get(TAGMANIFEST))) is not None:
+        tagmanifest = {e.path for e in parse_manifest(b, TAGMANIFEST)[0]}
+    sizes: dict[str, int] = {}
+    b = _read_small(tf, by_rel.get(RELEASE_JSON))
+    with contextlib.suppress(ValueError, UnicodeDecodeError, AttributeError, TypeError):
+        sizes = {f["path"]: f["bytes"] for f in json.loads(b)["files"]
+                 if isinstance(f, dict) and isinstance(f.get("path"), str) and isinstance(f.get("bytes"), int)}
+    oxum = None
+    if (b := _read_small(tf, by_rel.get(BAG_INFO))) is not None:
+        m = re.search(rb"(?m)^Payload-Oxum:[ \t]*(\d+)\.(\d+)[ \t]*\r?$", b)
+        oxum = (int(m.group(1)), int(m.group(2))) if m else None
+    payload = {r: m for r, m in by_rel.items() if r.startswith(PAYLOAD_DIR + "/")}
+    for rel, m in sorted(by_rel.items(), key=lambda kv: path_key(kv[0])):
+        if rel in payload:
+            if manifest is not None and rel not in manifest:
+                out.append(Finding(m.name, f"listed in {MANIFEST}", "not listed", "an undeclared payload file"))
+            elif rel in sizes and sizes[rel] != m.size:
+                out.append(Finding(m.name, sizes[rel], m.size, "size differs from release.json"))
+        elif rel != TAGMANIFEST and rel not in REQUIRED_FILES and tagmanifest is not None and rel not in tagmanifest:
+            out.append(Finding(m.name, f"listed in {TAGMANIFEST}", "not listed", "an undeclared tag file"))
+    if oxum is not None:
+        octets, count = sum(m.size for m in payload.values()), len(payload)
+        if (octets, count) != oxum:
+            out.append(Finding(f"{top}/{BAG_INFO}", f"Payload-Oxum {oxum[0]}.{oxum[1]}", f"{octets}.{count}",
+                               "the payload members do not add up to Payload-Oxum"))
+    return out
+
+
+def _fsize_limit() -> int | None:
     try:
-        tf = tarfile.open(tar_path, "r:*")
+        import resource
+    except ImportError:  # not POSIX
+        return None
+    soft = resource.getrlimit(resource.RLIMIT_FSIZE)[0]
+    return None if soft == resource.RLIM_INFINITY else soft
+
+
+def safe_extract(tar_path: Path, dest: Path) -> tuple[Path | None, list[Finding]]:
+    """Check every member first (names, types, sizes against the archive, the manifests, release.json
+    and Payload-Oxum); extract only when all are safe, never outside dest, never a link, never more
+    bytes than the release declares. Returns (the release folder, problems). Raises ReleaseError when
+    the file is not a readable plain tar, or when the extraction would not fit (disk, ulimit -f)."""
+    tar_path = Path(tar_path)
+    try:
+        size = tar_path.stat().st_size
+        with open(tar_path, "rb") as f:
+            magic = f.read(6)
+        # plain tar only: a compressed stream has no sizes to check before it is inflated
+        tf = tarfile.open(tar_path, "r:")
     except (tarfile.TarError, OSError) as e:
-        raise ReleaseError(f"{tar_path} is not a readable tar archive ({e}); give a release folder or the .tar that freeze wrote.")
+        hint = " It is compressed: freeze writes a plain .tar; decompress it first." if magic[:2] == b"\x1f\x8b" or magic[:3] in (b"BZh", b"\xfd7z") else ""
+        raise ReleaseError(f"{tar_path} is not a readable tar archive ({e}); give a release folder or the .tar that freeze wrote.{hint}")
     with tf:
         try:
             members = tf.getmembers()
@@ -136,21 +219,41 @@ def safe_extract(tar_path: Path, dest: Path) -> tuple[Path | None, list[Finding]
             raise ReleaseError(f"{tar_path} is a damaged tar archive ({e}); nothing was extracted.")
         if not members:
             raise ReleaseError(f"{tar_path} is an empty archive: not a release.")
-        problems = tar_member_problems(members)
+        problems = tar_member_problems(members, size)
+        if problems:
+            return None, problems
+        problems = declared_problems(tf, members)
         if problems:
             return None, problems
         dest = Path(dest).resolve()
-        for m in members:
-            target = (dest / m.name).resolve()
-            if target != dest and dest not in target.parents:
-                return None, [Finding(m.name, f"inside {dest}", str(target), "member resolves outside the folder")]
-            if m.isdir():
-                target.mkdir(parents=True, exist_ok=True)
-                continue
-            target.parent.mkdir(parents=True, exist_ok=True)
-            src = tf.extractfile(m)
-            fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o644)
-            with os.fdopen(fd, "wb") as f, src:
-                shutil.copyfileobj(src, f, CHUNK)
+        total = sum(m.size for m in members if m.isfile())
+        biggest = max((m for m in members if m.isfile()), key=lambda m: m.size, default=None)
+        limit = _fsize_limit()
+        if biggest is not None and limit is not None and biggest.size > limit:
+            raise ReleaseError(f"{printable(biggest.name)} in {tar_path} is {biggest.size} bytes, over this shell's file-size limit "
+                               f"(ulimit -f: {limit} bytes); nothing was extracted. Raise the limit, or verify the release folder.")
+        free = shutil.disk_usage(dest).free
+        if total > free:
+            raise ReleaseError(f"extracting {tar_path} needs {total} bytes and {dest} has {free} free; nothing was extracted. "
+                               "Point TMPDIR at a bigger disk, or verify the release folder.")
+        try:
+            for m in members:
+                target = (dest / m.name).resolve()
+                if target != dest and dest not in target.parents:
+                    return None, [Finding(m.name, f"inside {dest}", str(target), "member resolves outside the folder")]
+                if m.isdir():
+                    target.mkdir(parents=True, exist_ok=True)
+                    continue
+                target.parent.mkdir(parents=True, exist_ok=True)
+                src = tf.extractfile(m)
+                fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o644)
+                with os.fdopen(fd, "wb") as f, src:
+                    left = m.size  # never more than the member declared (and the checks above allowed)
+                    while left > 0 and (chunk := src.read(min(CHUNK, left))):
+                        f.write(chunk)
+                        left -= len(chunk)
+        except (OSError, tarfile.TarError) as e:
+            raise ReleaseError(f"could not extract {tar_path} into {dest} ({printable(str(e))}); the temporary folder is removed. "
+                               "Check the free space and the file-size limit (ulimit -f), or verify the release folder.")
         top = members[0].name.split("/")[0]
     return dest / top, []

@@ -45,7 +45,7 @@ class ReleaseError(Exception):
     """A refusal or a could-not-verify: one paragraph for the user; exit code 2 unless given."""
 
     def __init__(self, message: str, code: int = 2):
-        super().__init__(message)
+        super().__init__(printable(message, newlines=True))  # it may quote a hostile name
         self.code = code
 
 
@@ -82,6 +82,35 @@ def dig(d: Any, *keys: str) -> Any:
     return d
 
 
+def printable(s: str, *, newlines: bool = False) -> str:
+    """A string as it can be shown anywhere (a terminal, UTF-8 JSON): bytes that are not UTF-8 (held as
+    surrogates) become \\xNN, control and other unprintable characters their escapes (\\x1b, \\u200b);
+    with newlines=True, line breaks and tabs are kept."""
+    if s.isprintable():
+        return s
+    out = []
+    for ch in s:
+        o = ord(ch)
+        if ch.isprintable() or (newlines and ch in "\n\t"):
+            out.append(ch)
+        elif 0xDC80 <= o <= 0xDCFF:  # an undecodable byte (surrogateescape)
+            out.append(f"\\x{o - 0xDC00:02x}")
+        else:
+            out.append(ch.encode("unicode_escape").decode("ascii") if not 0xD800 <= o <= 0xDFFF else f"\\u{o:04x}")
+    return "".join(out)
+
+
+def printable_tree(obj: Any) -> Any:
+    """printable() over every string (keys too) of a JSON-able structure."""
+    if isinstance(obj, str):
+        return printable(obj)
+    if isinstance(obj, dict):
+        return {printable_tree(k): printable_tree(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [printable_tree(v) for v in obj]
+    return obj
+
+
 @dataclass
 class Finding:
     """One problem a check found: where, what was expected, what was found."""
@@ -92,7 +121,8 @@ class Finding:
     message: str = ""
 
     def as_dict(self) -> dict:
-        return {"path": self.path, "expected": self.expected, "found": self.found, "message": self.message}
+        # names come from the release (hostile input): escaped, so the output is always valid UTF-8
+        return printable_tree({"path": self.path, "expected": self.expected, "found": self.found, "message": self.message})
 
 
 _BAD_CHARS = re.compile("[\x00-\x1f\x7f\udc80-\udcff]")  # control characters; undecodable bytes (surrogateescape)

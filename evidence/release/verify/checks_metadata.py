@@ -5,6 +5,7 @@ from __future__ import annotations
 from evidence.canon import dumps
 from evidence.release.layout import FORMAT, MANIFEST, PAYLOAD_DIR, RELEASE_JSON, Finding, path_key, payload_path, role_of, sha256_bytes
 from evidence.release.metadata import build_provenance
+from evidence.release.schema import schema_problems
 from evidence.release.verify.context import SKIP_NO_META, VerifyContext, check, result
 
 
@@ -21,6 +22,14 @@ def canonical(c: VerifyContext):
     if c.meta.get("format") != FORMAT:
         return "fail", "unknown release format", [Finding(RELEASE_JSON, FORMAT, c.meta.get("format"), "format")]
     return "pass", "canonical bytes, format " + FORMAT, []
+
+
+@check("metadata.schema", "release.json has exactly the fields of its schema, each of its type")
+def schema(c: VerifyContext):
+    if c.meta is None:
+        return SKIP_NO_META
+    return result(schema_problems(c.meta), "every field present, typed, and nothing else",
+                  "{n} field(s) missing, extra or of the wrong type (even a consistently resealed release.json must fit)")
 
 
 @check("metadata.agrees", "what release.json lists (files, roles, runs, sizes, sha256) matches the manifest and the disk")

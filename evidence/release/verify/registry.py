@@ -32,6 +32,7 @@ ORDER: tuple[CheckFn, ...] = (
     bagit.fixity_payload,
     bagit.fixity_tag,
     metadata.canonical,
+    metadata.schema,
     metadata.agrees,
     metadata.provenance,
     git.git_tag,

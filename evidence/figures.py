@@ -31,9 +31,11 @@ import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-from evidence.analysis.core import RunData, compute_analysis, label, load_run
+from evidence.analysis.analyze import compute_analysis
+from evidence.analysis.load import RunData, load_run
+from evidence.analysis.numbers import label
 from evidence.canon import dumps, write_atomic
-from evidence.metrics import LATENCY_METRICS, pct_key
+from evidence.metrics import LATENCY_METRICS, METRICS, pct_key
 
 RC: dict[str, Any] = {
     "font.family": "DejaVu Sans",
@@ -143,7 +145,7 @@ def _fig_throughput(res: dict) -> Figure:
                     ha="center", fontsize=7, color="#333333")
     _log2_axis(ax, pts)
     ax.set_xlabel("max concurrency")
-    ax.set_ylabel("output throughput (tok/s)")
+    ax.set_ylabel(f"output throughput ({METRICS['output_throughput'].unit})")
     if ys:
         lo = min(min(ys), min((t["output_throughput"] for t in res["trials"] if t["output_throughput"] is not None)))
         hi = max(max(ys), max((t["output_throughput"] for t in res["trials"] if t["output_throughput"] is not None)))
@@ -207,8 +209,8 @@ def _fig_latency_tput(res: dict) -> Figure:
                             (x, mor["mean"]), textcoords="offset points", xytext=(6, -12), fontsize=7, color="#a0201a")
             else:
                 ax.annotate(p["label"], (x, mor["mean"]), textcoords="offset points", xytext=(6, 4), fontsize=7.5)
-        ax.set_xlabel("mean output throughput (tok/s)")
-        ax.set_ylabel(f"{m.upper()} (ms)")
+        ax.set_xlabel(f"mean output throughput ({METRICS['output_throughput'].unit})")
+        ax.set_ylabel(f"{m.upper()} ({METRICS[m].unit})")
         ax.set_title(f"{m.upper()}: mean (filled), {top or 'no percentile'} (hollow), repeats (small)", fontsize=8.5)
     _title(fig, f"{res['spec']['name']}: latency vs throughput operating points (x = dominated; mean over repeats)", res)
     return fig
@@ -247,7 +249,7 @@ def _fig_ecdf(res: dict, data: RunData) -> Figure:
             ax.set_xscale("log")
         if lo is None:
             ax.text(0.5, 0.5, f"no {m.upper()} samples", transform=ax.transAxes, ha="center")
-        ax.set_xlabel(f"{m.upper()} (ms)")
+        ax.set_xlabel(f"{m.upper()} ({METRICS[m].unit})")
         ax.set_ylabel("fraction of requests ≤ x")
         ax.set_ylim(0, 1.02)
         ax.set_title(f"{m.upper()} distribution per point (ECDF, repeats pooled)", fontsize=9)

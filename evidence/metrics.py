@@ -23,25 +23,22 @@ from evidence.records import RequestRecord
 
 PERCENTILE_METHOD = "linear"  # numpy's default, as vLLM's benchmark uses
 
-METRIC_DOCS = {
-    "ttft": "time to first token: first SSE message carrying a choice minus the request's send time "
-            "(excludes the client-side wait for a concurrency slot, as vLLM does; that wait is recorded as slot_wait)",
-    "tpot": "time per output token after the first: (E2E - TTFT) / (completion_tokens - 1), "
-            "only requests with more than one output token (GuideLLM calls this ITL)",
-    "itl": "inter-token latency: every gap between consecutive token-bearing chunks, pooled over requests",
-    "e2el": "end-to-end latency: last token-bearing chunk minus send time (the usage chunk and [DONE] do not extend it)",
-    "slot_wait": "time a request waited for a concurrency slot before it was sent (closed loop)",
-    "output_throughput": "output tokens of completed requests (usage.completion_tokens) / trial duration",
-    "request_throughput": "completed requests / trial duration",
-    "duration": "first send to last completion of the trial's measured requests",
-}
-
-
 @dataclass(frozen=True)
-class LatencyMetric:
+class Metric:
+    """One serving metric: what it is, its unit and direction, how a table prints it, why it can be absent."""
+
     name: str
-    per_request: bool  # False: samples are pooled gaps (ITL)
-    samples: Callable[[Sequence[RequestRecord]], list[float]]  # seconds
+    unit: str  # as tables and axes name it: "ms", "tok/s", "req/s", "s"
+    higher_is_better: bool | None  # None: not a figure of merit (e.g. duration)
+    doc: str
+    decimals: int  # fixed decimals of its CSV columns
+    absent: str  # why a trial can have no value for it
+    samples: Callable[[Sequence[RequestRecord]], list[float]] | None = None  # latency: seconds per sample
+    per_request: bool = True  # False: samples are pooled gaps (ITL)
+
+    @property
+    def is_latency(self) -> bool:
+        return self.samples is not None
 
 
 def _ttft(rs: Sequence[RequestRecord]) -> list[float]:
@@ -74,16 +71,36 @@ def _slot_wait(rs: Sequence[RequestRecord]) -> list[float]:
     return [r.slot_wait_s for r in rs if r.ok]
 
 
-LATENCY_METRICS: dict[str, LatencyMetric] = {
+_NO_COMPLETED = "no completed request"
+_ONE_TOKEN = "needs requests with more than one output token"
+
+# The registry, in the order every table lists the metrics.
+METRICS: dict[str, Metric] = {
     m.name: m
     for m in (
-        LatencyMetric("ttft", True, _ttft),
-        LatencyMetric("tpot", True, _tpot),
-        LatencyMetric("itl", False, _itl),
-        LatencyMetric("e2el", True, _e2el),
-        LatencyMetric("slot_wait", True, _slot_wait),
+        Metric("ttft", "ms", False, "time to first token: first SSE message carrying a choice minus the request's send "
+               "time (excludes the client-side wait for a concurrency slot, as vLLM does; that wait is recorded as "
+               "slot_wait)", 3, _NO_COMPLETED, _ttft),
+        Metric("tpot", "ms", False, "time per output token after the first: (E2E - TTFT) / (completion_tokens - 1), "
+               "only requests with more than one output token (GuideLLM calls this ITL)", 3, _ONE_TOKEN, _tpot),
+        Metric("itl", "ms", False, "inter-token latency: every gap between consecutive token-bearing chunks, pooled "
+               "over requests", 3, _ONE_TOKEN, _itl, per_request=False),
+        Metric("e2el", "ms", False, "end-to-end latency: last token-bearing chunk minus send time (the usage chunk and "
+               "[DONE] do not extend it)", 3, _NO_COMPLETED, _e2el),
+        Metric("slot_wait", "ms", False, "time a request waited for a concurrency slot before it was sent (closed loop)",
+               3, _NO_COMPLETED, _slot_wait),
+        Metric("output_throughput", "tok/s", True, "output tokens of completed requests (usage.completion_tokens) / "
+               "trial duration", 2, "no completed request in the trial"),
+        Metric("request_throughput", "req/s", True, "completed requests / trial duration", 4,
+               "no completed request in the trial"),
+        Metric("duration", "s", None, "first send to last completion of the trial's measured requests", 3,
+               "no completed request in the trial"),
     )
 }
+METRIC_DOCS = {name: m.doc for name, m in METRICS.items()}
+LATENCY_METRICS: dict[str, Metric] = {name: m for name, m in METRICS.items() if m.is_latency}
+# Kept as a name for readers of the latency part of the registry.
+LatencyMetric = Metric
 
 
 def pct_key(p: float) -> str:
@@ -161,9 +178,7 @@ def trial_metrics(records: Sequence[RequestRecord], percentiles: Sequence[float]
         d = distribution_ms(m.samples(rs), percentiles)
         out[name + "_ms"] = d
         if d is None:
-            absent[name + "_ms"] = (
-                "needs requests with more than one output token" if name in ("tpot", "itl") else "no completed request"
-            )
+            absent[name + "_ms"] = m.absent
     out["absent"] = absent
     return out
 

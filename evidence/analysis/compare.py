@@ -20,7 +20,10 @@ import json
 from pathlib import Path
 from typing import Any
 
-from evidence.analysis.core import NotARunDir, compute_analysis, label, load_run, paired_comparison, pct_text
+from evidence.analysis.analyze import compute_analysis
+from evidence.analysis.findings import paired_comparison
+from evidence.analysis.load import NotARunDir, load_run
+from evidence.analysis.numbers import label, pct_text
 
 PROVENANCE_KEYS = ("engine", "accelerator", "packages", "python", "git", "host", "model", "os", "cpu", "container")
 SPEC_EXCLUDED = ("name",)

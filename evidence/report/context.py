@@ -11,27 +11,28 @@ Templates are found in this order: the `templates_dir` argument, the
 EVIDENCE_TEMPLATES environment variable, the repository's top-level
 `templates/` next to the package, then `evidence/templates/` (package data).
 
-Profiling hook: when profile/ holds analysis results as JSON (files named
-`analysis*.json`, `results*.json`, `*_analysis.json` or `*-analysis.json`,
-anywhere under profile/), the report includes a "Profiling (diagnostic)"
-section rendering them as tables. Nothing here depends on them.
+Profiling: when the run holds a diagnostic profile (profile/), the report adds a
+"Profiling (diagnostic)" section from `evidence.traces.profile`; nothing else
+depends on it. Formatting helpers live in `evidence.report.format`.
 """
 
 from __future__ import annotations
 
 import base64
-import datetime as _dt
 import json
 import os
 import re
 from pathlib import Path
-from typing import Any, Iterable, Sequence
 
 from evidence.resources import TEMPLATES
-from evidence.analysis.core import (CSV_DECIMALS, METHODS, RunData, compute_analysis, label, latency_stats, load_run, pct_text)
+from evidence.analysis.analyze import METHODS, compute_analysis
+from evidence.analysis.load import RunData, load_run
+from evidence.analysis.numbers import label
+from evidence.analysis.tables import CSV_DECIMALS, latency_stats
 from evidence.canon import write_atomic
 from evidence.figures import FIGURE_NAMES, figure_bytes, render_environment
 from evidence.metrics import METRIC_DOCS
+from evidence.report.format import fixed, join_flags, num, pct, provenance_rows, section, table, text, utc
 
 TEMPLATE_NAMES = ("report.md.j2", "report.html.j2")
 FIGURE_TITLES = {
@@ -40,7 +41,6 @@ FIGURE_TITLES = {
     "latency_ecdf": "TTFT and TPOT distributions per point (ECDF, repeats pooled)",
     "telemetry": "Server-reported running and waiting requests over time, per trial",
 }
-PROFILE_RESULT = re.compile(r"^(analysis.*|results.*|.*[_-]analysis)\.json$")
 
 
 class TemplateNotFound(FileNotFoundError):
@@ -63,53 +63,6 @@ def find_templates(templates_dir: Path | None = None) -> Path:
 
 
 # ---------------------------------------------------------------- formatting ----
-
-
-def num(x: Any, d: int = 2) -> str:
-    if x is None:
-        return "n/a"
-    if isinstance(x, bool):
-        return "yes" if x else "no"
-    if isinstance(x, int):
-        return f"{x:,}"
-    s = f"{x:,.{d}f}"
-    return s[1:] if s.startswith("-") and float(s.replace(",", "")) == 0 else s
-
-
-def pct(x: float | None, signed: bool = False, d: int = 3) -> str:
-    return pct_text(x, d, signed)
-
-
-def text(x: Any) -> str:
-    if x is None:
-        return "n/a"
-    if isinstance(x, bool):
-        return "yes" if x else "no"
-    if isinstance(x, float):
-        return repr(x)
-    if isinstance(x, (dict, list)):
-        return json.dumps(x, sort_keys=True, ensure_ascii=False)
-    return str(x)
-
-
-def utc(ts: Any) -> str | None:
-    if not isinstance(ts, (int, float)):
-        return None
-    return _dt.datetime.fromtimestamp(float(ts), tz=_dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
-
-
-def table(caption: str, headers: Sequence[str], rows: Iterable[Sequence[Any]], align: str | None = None,
-          note: str = "") -> dict:
-    rows = [[c if isinstance(c, str) else text(c) for c in r] for r in rows]
-    al = list(align) if align else ["l"] + ["r"] * (len(headers) - 1)
-    assert len(al) == len(headers)
-    return {"caption": caption, "headers": list(headers), "rows": rows, "align": al, "note": note}
-
-
-def section(sid: str, title: str, paragraphs: Sequence[str] = (), tables: Sequence[dict] = (),
-            figures: Sequence[str] = (), bullets: Sequence[str] = ()) -> dict:
-    return {"id": sid, "title": title, "paragraphs": list(paragraphs), "tables": list(tables),
-            "figures": list(figures), "bullets": list(bullets)}
 
 
 # ------------------------------------------------------------------ sections ----
@@ -169,7 +122,7 @@ def _setup_tables(data: RunData, res: dict) -> list[dict]:
     ]
     out = [table("Experiment (from spec.resolved.json)", ["setting", "value"], rows, "ll")]
     prov = data.provenance or {}
-    prow = _provenance_rows(prov)
+    prow = provenance_rows(prov)
     if prow:
         later = res["setup"]["provenance_files"][1:]
         out.append(table("Environment found (provenance.json" + (f"; after engine restarts also {', '.join(later)}"
@@ -212,72 +165,6 @@ def _setup_tables(data: RunData, res: dict) -> list[dict]:
     return out
 
 
-def _provenance_rows(prov: dict) -> list[tuple[str, str]]:
-    """A few readable lines from provenance.json (free-form: every key is optional)."""
-    rows: list[tuple[str, str]] = []
-    if not isinstance(prov, dict):
-        return rows
-    if "host" in prov:
-        rows.append(("host", _brief(prov["host"])))
-    if "container" in prov:
-        rows.append(("container", _brief(prov["container"])))
-    acc = prov.get("accelerator")
-    if isinstance(acc, dict):
-        devs = [d for d in acc.get("devices") or [] if isinstance(d, dict)]
-        if devs:
-            names = sorted({str(d.get("name")) for d in devs})
-            extra = ", ".join(f"{k} {acc[k]}" for k in ("driver", "cuda_driver_version") if acc.get(k))
-            rows.append(("accelerator", f"{len(devs)} x {', '.join(names)}" + (f" ({extra})" if extra else "")
-                         + (f"; visible {acc['visible_count']}" if "visible_count" in acc else "")))
-        else:
-            rows.append(("accelerator", f"none found ({acc.get('how', 'no detail')})" if acc.get("found") == "none"
-                         else _brief(acc)))
-    elif acc is not None:
-        rows.append(("accelerator", _brief(acc)))
-    if "engine" in prov:
-        rows.append(("engine", _brief(prov["engine"])))
-    py = prov.get("python")
-    if isinstance(py, dict) and any(isinstance(py.get(k), dict) for k in ("harness", "engine")):
-        for side in ("harness", "engine"):
-            info = py.get(side)
-            if not isinstance(info, dict):
-                continue
-            pk = info.get("packages") if isinstance(info.get("packages"), dict) else {}
-            keys = ", ".join(f"{n} {pk[n]}" for n in sorted(pk, key=str.lower) if n.lower() in _KEY_PACKAGES)
-            rows.append((f"python ({side})", f"{info.get('version', 'n/a')}; {len(pk)} packages recorded"
-                         + (f"; {keys}" if keys else "") + (f"; {info['error']}" if info.get("error") else "")))
-    elif py is not None:
-        rows.append(("python", _brief(py)))
-    pk = prov.get("packages")
-    if isinstance(pk, dict):
-        rows.append(("packages", f"{len(pk)} recorded; " + ", ".join(
-            f"{n} {pk[n]}" for n in sorted(pk, key=str.lower) if n.lower() in _KEY_PACKAGES)))
-    if "model" in prov:
-        rows.append(("model", _brief(prov["model"])))
-    if "git" in prov:
-        rows.append(("git", _brief(prov["git"])))
-    return rows
-
-
-_KEY_PACKAGES = {"vllm", "torch", "transformers", "numpy", "matplotlib", "aiohttp", "pydantic", "triton", "flashinfer",
-                 "flash-attn", "flash_attn", "evidence"}
-
-
-def _brief(v: Any, limit: int = 260) -> str:
-    if isinstance(v, dict):
-        parts = [f"{k}={_brief(v[k], 70)}" for k in sorted(v) if not isinstance(v[k], (dict, list))]
-        s = ", ".join(parts) if parts else f"{len(v)} entries"
-    elif isinstance(v, list):
-        s = "; ".join(_brief(x, 80) for x in v)
-    else:
-        s = text(v)
-    return s if len(s) <= limit else s[: limit - 3] + "..."
-
-
-def _flags(xs: Sequence[str]) -> str:
-    return "; ".join(xs) if xs else ""
-
-
 def _points_table(res: dict) -> dict:
     kind = res["spec"]["cv"]
     rows = []
@@ -286,7 +173,7 @@ def _points_table(res: dict) -> dict:
         rows.append((p["label"], num(tp["mean"]), pct(tp["cv"]), num(tp["min"]), num(tp["max"]), pct(tp["rel_range"]),
                      f"{p['repeats_measured']}/{p['repeats_planned']}", num(p["request_throughput"]["mean"], 3),
                      num(p["failed"]), num(p["output_len_mismatches"]),
-                     _flags(p["flags"] + [f"{k}: {v}" for k, v in sorted(p["absent"].items())])))
+                     join_flags(p["flags"] + [f"{k}: {v}" for k, v in sorted(p["absent"].items())])))
     return table(f"Output throughput per point over repeats (tok/s; CV = {kind} std / mean; range = (max - min) / mean)",
                  ["point", "mean tok/s", f"CV ({kind})", "min", "max", "range", "repeats", "req/s", "failed req.",
                   "len. mism.", "flags"], rows, "lrrrrrrrrrl")
@@ -308,7 +195,7 @@ def _comparison_tables(res: dict) -> list[dict]:
     for c in res["comparisons"]:
         A, B = label(c["a"]), label(c["b"])
         rows = [(f"repeat {r['repeat']}", num(r["a"]), num(r["b"]), pct(r["diff"], signed=True),
-                 {"a": A, "b": B, "tie": "tie", None: "n/a"}[r["winner"]], _flags(r["flags"])) for r in c["repeats"]]
+                 {"a": A, "b": B, "tie": "tie", None: "n/a"}[r["winner"]], join_flags(r["flags"])) for r in c["repeats"]]
         s = c["spread"]
         rows.append(("mean", "", "", pct(c["mean_diff"], signed=True), f"{A} {c['wins_a']}, {B} {c['wins_b']}"
                      + (f", ties {c['ties']}" if c["ties"] else ""), ""))
@@ -339,7 +226,7 @@ def _side_by_side_tables(res: dict) -> list[dict]:
         flags = c["latency_side_by_side"][0]["flags"] if c["latency_side_by_side"] else []
         note = ("Change = (value at " + B + " - value at " + A + ") / value at " + A + ". Latency: each statistic "
                 "within a trial, then the mean over repeats; 'pooled' pools every repeat's requests first."
-                + (" Flags: " + _flags(flags) if flags else ""))
+                + (" Flags: " + join_flags(flags) if flags else ""))
         out.append(table(f"Latency side by side: {A} vs {B}", ["metric", A, B, "change", f"pooled {A}", f"pooled {B}",
                                                                "pooled change"], rows, "lrrrrrr", note))
     return out
@@ -371,7 +258,7 @@ def _dominance_tables(res: dict) -> list[dict]:
         rows.append((e["label"], num(pm[e["point"]]["output_throughput"]["mean"]),
                      "n/a" if e["dominated"] is None else ("YES" if e["dominated"] else "no"), by or "",
                      ", ".join(label(q) for q in e["dominates"]), ", ".join(label(q) for q in e["tied_with"]),
-                     (e.get("note") or "") + (" " + _flags(e["flags"]) if e["flags"] else "")))
+                     (e.get("note") or "") + (" " + join_flags(e["flags"]) if e["flags"] else "")))
     t1 = table("Dominance over all points", ["point", "mean tok/s", "dominated", "dominated by", "dominates", "tied with",
                                              "notes"], rows, "lrllll" + "l",
                "Criteria: " + ", ".join(dom["criteria"]) + ". " + METHODS["dominance"])
@@ -400,7 +287,7 @@ def _telemetry_table(res: dict) -> dict:
         rows.append((t["trial"], num(t["position"]), num(su["running"], 1), num(su["waiting"], 1),
                      num(su["kv_cache_usage"], 4), num(mx["running"], 0), num(mx["waiting"], 0),
                      num(de["preemptions"], 0), num(t["samples"]),
-                     _flags([f"{k}: {v}" for k, v in sorted(t["absent_keys"].items())])))
+                     join_flags([f"{k}: {v}" for k, v in sorted(t["absent_keys"].items())])))
     return table("Engine telemetry per trial: sustained = median over the plateau window (ramp-up and drain excluded)",
                  ["trial", "position", "running (sust.)", "waiting (sust.)", "KV cache use (sust.)", "running max",
                   "waiting max", "preemptions", "samples", "absent"], rows, "lrrrrrrrrl", METHODS["telemetry_plateau"]
@@ -412,9 +299,9 @@ def _goodput_tables(res: dict) -> tuple[list[str], list[dict]]:
     if g["absent"]:
         return [g["absent"] + "."], []
     rows = [(t["trial"], num(t["position"]), num(t["requests"]), num(t["meeting"]), num(t["undetermined"]),
-             pct(t["attainment"]), num(t["goodput_rps"], 4), _flags(t["flags"] + ([t["absent"]] if t["absent"] else [])))
+             pct(t["attainment"]), num(t["goodput_rps"], 4), join_flags(t["flags"] + ([t["absent"]] if t["absent"] else [])))
             for t in g["trials"]]
-    prow = [(label(p["point"]), num(p["n"]), num(p["goodput_rps_mean"], 4), pct(p["attainment_mean"]), _flags(p["flags"]))
+    prow = [(label(p["point"]), num(p["n"]), num(p["goodput_rps_mean"], 4), pct(p["attainment_mean"]), join_flags(p["flags"]))
             for p in g["points"]]
     slo = ", ".join(f"{k} <= {v:g} ms" for k, v in g["slos_ms"].items())
     return ([f"SLOs: {slo}. {METHODS['goodput']}."],
@@ -432,50 +319,12 @@ def _trials_table(res: dict) -> dict:
                      num(t["completed"]), num(t["failed"]), num(t["duration_s"], 3), num(t["output_throughput"]),
                      num((lat.get("ttft") or {}).get("mean"), 2), num((lat.get("tpot") or {}).get("mean"), 2),
                      pct(t["client_cpu_util"], d=0) if t["client_cpu_util"] is not None else "n/a",
-                     _flags(t["flags"])))
+                     join_flags(t["flags"])))
     return table("Every trial, in execution order", ["trial", "repeat", "point", "position", "status", "requests",
                                                      "completed", "failed", "duration s", "tok/s", "mean TTFT ms",
                                                      "mean TPOT ms", "client CPU", "flags"], rows, "lrlrlrrrrrrrrl",
                  "client CPU: the load generator's CPU time / trial wall time (meta.json); near 100% the client, "
                  "not the server, may limit throughput.")
-
-
-def profile_results(run_dir: Path) -> list[tuple[str, Any]]:
-    """(relative path, parsed JSON) of profiling analysis results under profile/ (the hook)."""
-    pdir = Path(run_dir) / "profile"
-    if not pdir.is_dir():
-        return []
-    out = []
-    for p in sorted(pdir.rglob("*.json")):
-        if p.is_file() and PROFILE_RESULT.match(p.name):
-            try:
-                out.append((p.relative_to(run_dir).as_posix(), json.loads(p.read_text(encoding="utf-8"))))
-            except (OSError, ValueError):
-                out.append((p.relative_to(run_dir).as_posix(), {"unreadable": "not valid JSON"}))
-    return out
-
-
-def _generic_tables(name: str, obj: Any, depth: int = 0) -> list[dict]:
-    """Render any JSON result: scalars as a key/value table, lists of objects as tables (first 40 rows)."""
-    out: list[dict] = []
-    if isinstance(obj, dict):
-        scal = [(k, text(v)) for k, v in sorted(obj.items()) if not isinstance(v, (dict, list))]
-        if scal:
-            out.append(table(name, ["key", "value"], scal, "ll"))
-        if depth < 2:
-            for k in sorted(obj):
-                if isinstance(obj[k], (dict, list)):
-                    out.extend(_generic_tables(f"{name} / {k}", obj[k], depth + 1))
-    elif isinstance(obj, list) and obj:
-        if all(isinstance(x, dict) for x in obj):
-            keys = sorted({k for x in obj for k, v in x.items() if not isinstance(v, (dict, list))})
-            if keys:
-                rows = [[text(x.get(k)) for k in keys] for x in obj[:40]]
-                out.append(table(name + (f" (first 40 of {len(obj)})" if len(obj) > 40 else ""), keys, rows,
-                                 "l" * len(keys)))
-        else:
-            out.append(table(name, ["value"], [[text(x)] for x in obj[:40]], "l"))
-    return out
 
 
 def _dates(data: RunData) -> str:
@@ -554,10 +403,6 @@ def build_context(run_dir: Path, data: RunData, res: dict, figs: dict[str, bytes
     }
 
 
-def _f(x: Any, d: int = 2, scale: float = 1.0, suffix: str = "") -> str:
-    return "n/a" if x is None else f"{x * scale:,.{d}f}{suffix}"
-
-
 def _profile_sections(run_dir: Path) -> list[dict]:
     """The article's trace analyses per profiled point (evidence.profile_run), diagnostic only."""
     from evidence.traces.profile import analyze_profile, profile_rows
@@ -567,27 +412,27 @@ def _profile_sections(run_dir: Path) -> list[dict]:
         return []
     rows = profile_rows(prof)
     tabs = []
-    summ = [[r["point"], r["file"], r.get("kernels"), _f(r.get("kernel_active_fraction"), 2, 100, "%"),
+    summ = [[r["point"], r["file"], r.get("kernels"), fixed(r.get("kernel_active_fraction"), 2, 100, "%"),
              r.get("output_tokens_in_window"), r.get("steps"), r.get("steps_with_prefill"),
-             r.get("prefill_steps_at_budget"), r.get("budget"), _f(r.get("decode_population_mean"), 1),
+             r.get("prefill_steps_at_budget"), r.get("budget"), fixed(r.get("decode_population_mean"), 1),
              r.get("forwards"), r.get("forwards_rejected")] for r in rows["summary"] if not r.get("absent")]
     tabs.append(table("Per profiled point: kernel-active fraction (union over streams), scheduler steps, forwards",
                       ["point", "trace", "kernels", "kernel-active", "output tokens in window", "steps",
                        "steps with prefill", "prefill steps at budget", "budget", "mean decode population",
                        "forwards", "rejected segments"], summ, "llrrrrrrrrrr"))
-    sus = [[r["point"], _f(r.get("sustained_mixed_sequences"), 2), _f(r.get("sustained_mixed_kernel_us"), 2),
-            r.get("sustained_mixed_forwards"), _f(r.get("sustained_decode_sequences"), 2),
-            _f(r.get("sustained_decode_kernel_us"), 2), r.get("sustained_decode_forwards")]
+    sus = [[r["point"], fixed(r.get("sustained_mixed_sequences"), 2), fixed(r.get("sustained_mixed_kernel_us"), 2),
+            r.get("sustained_mixed_forwards"), fixed(r.get("sustained_decode_sequences"), 2),
+            fixed(r.get("sustained_decode_kernel_us"), 2), r.get("sustained_decode_forwards")]
            for r in rows["summary"] if not r.get("absent")]
     tabs.append(table("Sustained regime (plateau of consecutive forwards): sequence population and mean attention "
                       "kernel duration", ["point", "mixed: sequences", "mixed: kernel µs", "mixed: forwards",
                                           "decode: sequences", "decode: kernel µs", "decode: forwards"], sus))
-    fam = [[r["point"], r["family"], r["count"], _f(r["total_ms"], 3), _f(r["share"], 2, 100, "%"),
-            _f(r.get("per_token_us"), 3)] for r in rows["families"]]
+    fam = [[r["point"], r["family"], r["count"], fixed(r["total_ms"], 3), fixed(r["share"], 2, 100, "%"),
+            fixed(r.get("per_token_us"), 3)] for r in rows["families"]]
     tabs.append(table("Kernel families per output token (tokens counted inside the trace window via the clock bridge)",
                       ["point", "family", "kernels", "total ms", "share", "µs per output token"], fam, "llrrrr"))
-    geo = [[r["point"], r["rule"], r["grid"], r["replay"], r["count"], _f(r["total_ms"], 3),
-            _f(r.get("per_token_us"), 3), r.get("meaning") or ""] for r in rows["geometry"]]
+    geo = [[r["point"], r["rule"], r["grid"], r["replay"], r["count"], fixed(r["total_ms"], 3),
+            fixed(r.get("per_token_us"), 3), r.get("meaning") or ""] for r in rows["geometry"]]
     if geo:
         tabs.append(table("Launch geometry of attention kernels (graph-replayed and eager apart)",
                           ["point", "rule", "grid", "replay", "launches", "total ms", "µs per output token",
@@ -615,7 +460,7 @@ def _anchor_sections(run_dir: Path) -> list[dict]:
             continue
         m = t["metrics"]
         rows.append([t["trial"], t["point"]] + [
-            f"{_f(m[k]['ours'], 2)} / {_f(m[k]['anchor'], 2)} ({_f(m[k]['ratio'], 3)})"
+            f"{fixed(m[k]['ours'], 2)} / {fixed(m[k]['anchor'], 2)} ({fixed(m[k]['ratio'], 3)})"
             for k in ("output throughput (tok/s)", "mean TTFT (ms)", "mean TPOT (ms)")] + [""])
     return [section("anchor", "Our client against vLLM's own client", paragraphs=[anc["method"]], tables=[
         table("Per trial: ours / anchor (ratio)", ["trial", "point", "output tok/s", "mean TTFT ms", "mean TPOT ms", "note"],

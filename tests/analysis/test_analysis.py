@@ -21,8 +21,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from rundir_fixtures import build_run, demo_spec, trial_records  # noqa: E402
 
-from evidence.analysis.core import (NotARunDir, analyze_run, compute_analysis, dominates, load_run,  # noqa: E402
-                               paired_comparison, verdict_for)
+from evidence.analysis.analyze import analyze_run, compute_analysis  # noqa: E402
+from evidence.analysis.findings import dominates, paired_comparison, verdict_for  # noqa: E402
+from evidence.analysis.load import NotARunDir, load_run  # noqa: E402
 from evidence.records import write_records  # noqa: E402
 
 APPROX = dict(rel=1e-9, abs=1e-9)

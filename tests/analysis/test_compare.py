@@ -14,7 +14,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from rundir_fixtures import (DEFAULT_BASE, DEFAULT_REPEAT_FACTOR, build_run, default_engine_resolved,  # noqa: E402
                              default_provenance, demo_spec)
 
-from evidence.analysis.core import NotARunDir  # noqa: E402
+from evidence.analysis.load import NotARunDir  # noqa: E402
 from evidence.analysis.compare import compare_runs, resolve_run_dir  # noqa: E402
 
 

@@ -13,7 +13,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from rundir_fixtures import build_run, demo_spec  # noqa: E402
 
-from evidence.analysis.core import compute_analysis, load_run  # noqa: E402
+from evidence.analysis.analyze import compute_analysis  # noqa: E402
+from evidence.analysis.load import load_run  # noqa: E402
 from evidence.figures import FIGURE_NAMES  # noqa: E402
 from evidence.report.context import _env, find_templates, render_report  # noqa: E402
 

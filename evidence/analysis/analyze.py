@@ -1,0 +1,240 @@
+"""Run directory -> analysis tables: a pure function of the raw files.
+
+`analyze_run(run_dir)` reads only raw inputs (spec.resolved.json, plan.json,
+run.json, provenance.json, engine/resolved.json, trials/*/{requests.jsonl,
+telemetry.jsonl, meta.json, summary.json}); it never reads analysis/,
+figures/ or report/, never the clock, uses no randomness, and writes no
+absolute path. Built twice from the same raw files, the same bytes.
+
+Every metric comes from `evidence.metrics` (one definition per metric); this
+module only aggregates. The methods, as recorded in analysis.json "methods":
+
+- Per trial: `metrics.trial_metrics` on the trial's measured records, with the
+  spec's percentiles (numpy linear interpolation, vLLM's).
+- Per point, throughput: mean over the repeats whose throughput was measured;
+  std with the spec's `analysis.cv` (population: / n; sample: / (n - 1));
+  CV = std / mean; relative range = (max - min) / mean. One measured repeat:
+  std, CV and range are null ("single measured repeat"), never 0.
+- Per point, latency, two methods side by side:
+  "mean_over_repeats": each statistic (mean, median, pXX) computed within a
+  trial (pooling that trial's requests), then averaged over the repeats;
+  "pooled": all repeats' records pooled into one distribution.
+  The article's numbers follow "mean_over_repeats"; tables name the method.
+- Paired comparison a vs b: per repeat d_r = (T_a - T_b) / T_b over repeats
+  where both trials have a measured throughput; mean, min, max of d_r; wins.
+- Spread of a comparison: S = max(RR_a, RR_b) where RR_p = (max - min) / mean
+  of point p's measured throughputs over its repeats (all measured repeats,
+  not only the paired ones). CVs are shown next to it. See `verdict_for`.
+- Dominance, ordering, telemetry plateau, SLO goodput: see their functions.
+
+Numbers: analysis.json stores floats rounded to 9 decimal places (so the last
+bits of a summation never change the bytes); relative values there are
+fractions. CSVs use fixed decimals per column kind (see CSV_DECIMALS) and show
+relative values in percent (columns ending in _pct). An empty CSV cell is a
+value that could not be measured; the row's flags/absent column says why.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from evidence.analysis.caveats import caveats
+from evidence.analysis.findings import SPREAD_METHOD, comparison, dominance, ordering, side_by_side
+from evidence.analysis.goodput import goodput
+from evidence.analysis.load import RunData, TrialData, load_run
+from evidence.analysis.numbers import JSON_DECIMALS, mean_of, round_floats
+from evidence.analysis.tables import CSV_DECIMALS, csv_tables, point_row, trial_row
+from evidence.analysis.telemetry import GAUGES, PLATEAU_MIN_SAMPLES, PLATEAU_TRIM, telemetry_row
+from evidence.canon import dumps, write_atomic
+from evidence.metrics import METRIC_DOCS, PERCENTILE_METHOD
+from evidence.spec.plan import make_plan
+
+
+SCHEMA = "evidence.analysis/1"
+
+
+METHODS = {
+    "trial_metrics": "each trial's measured requests (phase 'measure') through evidence.metrics.trial_metrics; "
+                     f"percentiles by numpy '{PERCENTILE_METHOD}' interpolation (vLLM's)",
+    "throughput_over_repeats": "mean over the repeats whose output throughput was measured; std per spec.analysis.cv "
+                               "(population divides by n, sample by n - 1); CV = std / mean; relative range = "
+                               "(max - min) / mean; with one measured repeat std, CV and range are null, never 0",
+    "latency_mean_over_repeats": "each statistic (mean, median, percentiles) computed within a trial by pooling that "
+                                 "trial's requests, then the arithmetic mean of that statistic over the point's repeats",
+    "latency_pooled": "all of a point's repeats pooled into one distribution, then the statistic",
+    "paired_difference": "per repeat r with both trials measured: d_r = (T_a - T_b) / T_b on output throughput; "
+                         "mean, min and max over those repeats; a wins repeat r when d_r > 0, b when d_r < 0",
+    "spread": SPREAD_METHOD,
+    "verdict": "0 paired repeats: 'no data'; 1: 'single repeat: no claim possible'; |mean d| <= S: 'no finding "
+               "(inside run-to-run spread of S)'; |mean d| > S and every d_r of one sign: 'Ca > Cb in every repeat' "
+               "(or Cb > Ca); otherwise 'no finding (sign not consistent ...)'. Missing or failed trials are named "
+               "in the verdict's flags, and a finding over fewer repeats than planned says so",
+    "latency_change": "relative change going from a to b: (value_b - value_a) / value_a",
+    "dominance": "criteria: mean output throughput (higher is better) and, for every spec.analysis.latency_metrics, "
+                 "its mean and each spec.analysis.percentiles value (mean over repeats; lower is better). Q dominates P "
+                 "when Q is >= P on throughput, <= P on every latency criterion, and strictly better on at least one; "
+                 "equal on all criteria is a tie (neither dominates); a point with an unmeasured criterion is not "
+                 "compared. 'held_in_repeats' checks the same rule on each repeat's own trials",
+    "ordering": "adjacent points in ascending concurrency compared on mean output throughput ('<', '>' or '='); "
+                "each repeat's statement is built from that repeat's trials; 'supported' replaces a symbol by '~' "
+                "where the paired verdict between the two points is not a finding",
+    "telemetry_plateau": f"measured interval = first send to last completion of the trial; the plateau drops the first "
+                         f"and last {int(PLATEAU_TRIM * 100)}% of it (ramp-up and drain); sustained value = median of "
+                         f"the samples inside the plateau (needs >= {PLATEAU_MIN_SAMPLES}); max over all samples; "
+                         "counters: last sample minus first sample of the trial's telemetry",
+    "goodput": "a measured request meets the SLOs when it completed and, for every metric in spec.analysis.slos_ms, "
+               "its value(s) from evidence.metrics are all <= the bound (ITL: every gap of the request); a request "
+               "with no value for an SLO metric does not count as meeting it (counted as undetermined); goodput = "
+               "meeting requests / trial duration; attainment = meeting / measured requests (failed ones included)",
+    "numbers": f"analysis.json floats rounded to {JSON_DECIMALS} decimals, relative values as fractions; CSV fixed "
+               "decimals per column kind (CSV_DECIMALS), relative values in percent (_pct); empty = not measured",
+}
+
+
+def _setup(data: RunData) -> dict:
+    prov = data.provenance or {}
+    pins = prov.get("pins") if isinstance(prov.get("pins"), list) else []
+    later_diff = []
+    base = data.engine_resolved or {}
+    for i, other in enumerate(data.engine_resolved_later, start=2):
+        for k in sorted(set(base) | set(other)):
+            if base.get(k) != other.get(k):
+                later_diff.append({"file": data.engine_resolved_files[i - 1], "name": k,
+                                   "first": base.get(k), "this": other.get(k)})
+    return {
+        "engine_resolved": data.engine_resolved,
+        "engine_resolved_files": data.engine_resolved_files,
+        "engine_resolved_changes": later_diff,
+        "pins": pins,
+        "provenance_files": data.provenance_files,
+        "profile_files": data.profile_files,
+    }
+
+
+def compute_analysis(data: RunData) -> dict:
+    """Everything analysis.json holds, from loaded raw data (no I/O)."""
+    spec = data.spec
+    # Rows are rounded first (JSON_DECIMALS) so that every later comparison (ties in dominance, '=' in
+    # the ordering, paired differences) sees exactly the numbers analysis.json publishes.
+    rows = {t.id: round_floats(trial_row(t, spec)) for t in data.trials}
+    trials_by = {(t.repeat, t.point): t for t in data.trials}
+    by_point: dict[int, list[TrialData]] = {}
+    for t in data.trials:
+        by_point.setdefault(t.point, []).append(t)
+    points_l = [round_floats(point_row(P, by_point.get(P, []), rows, spec)) for P in spec.sweep.points]
+    points = {p["point"]: p for p in points_l}
+    repeats = spec.sweep.repeats
+    by_rp = {(t.repeat, t.point): rows[t.id] for t in data.trials}
+    comps = [comparison(c.a, c.b, points, by_rp, repeats) for c in spec.analysis.comparisons]
+    for c in comps:
+        c["latency_side_by_side"] = side_by_side(c, points, spec)
+    adj = [comparison(lo, hi, points, by_rp, repeats) for lo, hi in zip(spec.sweep.points, spec.sweep.points[1:])]
+    telemetry = [telemetry_row(t, rows[t.id]) for t in data.trials]
+    tele_by_point: dict[int, dict[str, float | None]] = {}
+    for P in spec.sweep.points:
+        d: dict[str, float | None] = {}
+        for _, name in GAUGES:
+            vs = [x["sustained"][name] for x in telemetry if x["point"] == P and x["status"] == "present"
+                  and x["sustained"].get(name) is not None]
+            d[name] = mean_of(vs)
+        tele_by_point[P] = d
+    for p in points_l:
+        p["telemetry_sustained_mean"] = tele_by_point[p["point"]]
+    try:
+        plan_ok = json.loads(dumps(make_plan(spec).as_dict())) == data.plan
+    except Exception:
+        plan_ok = False
+    completeness = {
+        "trials_planned": len(data.trials),
+        "trials_present": sum(1 for t in data.trials if t.present),
+        "missing": [t.id for t in data.trials if not t.present],
+        "with_failures": [t.id for t in data.trials if t.present and rows[t.id]["failed"]],
+        "zero_completed": [t.id for t in data.trials if t.present and rows[t.id]["completed"] == 0],
+        "unexpected_trials": data.unexpected_trials,
+        "plan_matches_spec": plan_ok,
+        "run_status": (data.run_info or {}).get("status"),
+        "load_problems": data.load_problems,
+    }
+    ri = data.run_info or {}
+    res: dict[str, Any] = {
+        "schema": SCHEMA,
+        "run": {k: ri.get(k) for k in ("run_id", "spec_name", "spec_sha256", "status", "created_unix")},
+        "spec": {
+            "name": spec.name, "title": spec.title, "points": list(spec.sweep.points), "repeats": repeats,
+            "order": spec.sweep.order, "plan_note": data.plan.get("note"),
+            "comparisons": [{"a": c.a, "b": c.b} for c in spec.analysis.comparisons],
+            "latency_metrics": list(spec.analysis.latency_metrics), "percentiles": list(spec.analysis.percentiles),
+            "cv": spec.analysis.cv, "slos_ms": dict(sorted(spec.analysis.slos_ms.items())),
+            "input_len": spec.workload.input_len, "output_len": spec.workload.output_len,
+        },
+        "methods": {**METHODS, "metric_definitions": dict(sorted(METRIC_DOCS.items())),
+                    "percentile_method": PERCENTILE_METHOD, "csv_decimals": CSV_DECIMALS},
+        "completeness": completeness,
+        "trials": [rows[t.id] for t in sorted(data.trials, key=lambda t: t.index)],
+        "points": points_l,
+        "comparisons": comps,
+        "adjacent": adj,
+        "dominance": dominance(points_l, trials_by, rows, spec),
+        "telemetry": telemetry,
+        "goodput": goodput(data, rows, spec),
+        "setup": _setup(data),
+    }
+    res["ordering"] = ordering(points_l, trials_by, rows, adj, spec)
+    res["caveats"] = caveats(data, res)
+    res = round_floats(res)
+    res["files"] = ["analysis.json"] + sorted(csv_tables(res))
+    return res
+
+
+def default_out_dir(run_dir: Path) -> Path:
+    return Path(run_dir) / "analysis"
+
+
+def write_analysis(res: dict, out_dir: Path) -> list[Path]:
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    tables = csv_tables(res)
+    written = []
+    for name in sorted(tables):
+        write_atomic(out_dir / name, tables[name])
+        written.append(out_dir / name)
+    write_atomic(out_dir / "analysis.json", dumps(res))
+    written.insert(0, out_dir / "analysis.json")
+    return written
+
+
+def analyze_run(run_dir: Path, out_dir: Path | None = None) -> dict:
+    """Read the raw run, compute every table, write analysis.json and the CSVs; return the analysis.
+
+    Beside them, when the run has them: profile.json + profile_*.csv (the diagnostic trace
+    analyses, evidence.profile_run) and anchor.json (our client against an interleaved
+    anchor client, evidence.anchor). Each is a pure function of the raw files.
+    """
+    data = load_run(Path(run_dir))
+    res = compute_analysis(data)
+    out = Path(out_dir if out_dir is not None else default_out_dir(run_dir))
+    write_analysis(res, out)
+    write_extras(Path(run_dir), out)
+    return res
+
+
+def write_extras(run_dir: Path, out: Path) -> list[Path]:
+    """profile.json + profile_*.csv and anchor.json, when the run has the raw data for them."""
+    from evidence.analysis.anchor import anchor_comparison
+    from evidence.traces.profile import analyze_profile, profile_csvs
+
+    written = []
+    prof = analyze_profile(Path(run_dir))
+    if prof is not None:
+        write_atomic(out / "profile.json", dumps(round_floats(prof)))
+        written.append(out / "profile.json")
+        for name, text in sorted(profile_csvs(prof).items()):
+            write_atomic(out / name, text)
+            written.append(out / name)
+    anchor = anchor_comparison(Path(run_dir))
+    if anchor is not None:
+        write_atomic(out / "anchor.json", dumps(round_floats(anchor)))
+        written.append(out / "anchor.json")
+    return written

@@ -1,0 +1,67 @@
+"""The caveats: plain sentences about what limits the reading of a run."""
+
+from __future__ import annotations
+
+from evidence.analysis.load import RunData
+from evidence.analysis.numbers import pct_text
+
+
+def caveats(data: RunData, res: dict) -> list[str]:
+    spec = data.spec
+    out: list[str] = []
+    status = (data.run_info or {}).get("status")
+    if status != "complete":
+        out.append(f"The run's status is {status!r}, not 'complete'." if status else "The run's status is unknown (no run.json).")
+    comp = res["completeness"]
+    if comp["missing"]:
+        out.append(f"{len(comp['missing'])} planned trial(s) are missing: {', '.join(comp['missing'])}; every table "
+                   "they affect says so and the affected means use fewer repeats.")
+    if comp["with_failures"]:
+        out.append("Trials with failed requests: " + ", ".join(comp["with_failures"]) + "; their throughput counts only "
+                   "completed requests and is flagged wherever it is used.")
+    if comp["zero_completed"]:
+        out.append("Trials with no completed request (no throughput): " + ", ".join(comp["zero_completed"]) + ".")
+    if comp["unexpected_trials"]:
+        out.append("Trial folders not in the plan were ignored: " + ", ".join(comp["unexpected_trials"]) + ".")
+    if not comp["plan_matches_spec"]:
+        out.append("plan.json differs from the plan the spec gives (make_plan); the recorded plan was used.")
+    if spec.sweep.repeats == 1:
+        out.append("Single repeat: run-to-run spread is unknown, so no difference between points is a finding.")
+    if spec.sweep.order == "fixed":
+        out.append("Fixed point order in every repeat: position effects (warm-up, thermal, caches) are confounded "
+                   "with the concurrency point.")
+    for c in res["comparisons"]:
+        if c["verdict_kind"] != "finding":
+            out.append(f"{c['name']}: {c['verdict']}; the mean paired difference {pct_text(c['mean_diff'], signed=True)} "
+                       "is not a finding.")
+    if spec.model.load_format == "dummy":
+        note = spec.model.dummy_weights_note or "random weights: timings reflect the architecture, the text is meaningless"
+        out.append(f"Dummy weights (--load-format dummy): {note}. Not a measurement of the real model's weights.")
+    mism = sum(p["output_len_mismatches"] or 0 for p in res["points"])
+    if mism:
+        out.append(f"{mism} completed request(s) returned a different number of tokens than max_tokens.")
+    for p in res["points"]:
+        srv = (p["prompt_tokens"]["server"] or {})
+        if srv and (srv.get("min") != spec.workload.input_len or srv.get("max") != spec.workload.input_len):
+            rng = f"{srv['min']}" if srv["min"] == srv["max"] else f"{srv['min']}-{srv['max']} (mean {srv['mean']:.2f})"
+            out.append(f"Prompt lengths: nominal {spec.workload.input_len} tokens; the server reported {rng} at "
+                       f"{p['label']} (templating/tokenization); see the prompt-token table for every point.")
+            break
+    bad = [p for p in res["setup"]["pins"] if isinstance(p, dict) and p.get("ok") is False]
+    if bad:
+        out.append("Pins that did not hold (run with drift allowed): " + "; ".join(
+            f"{p.get('pin')}: requested {p.get('requested')!r}, effective {p.get('effective')!r}" for p in bad) + ".")
+    if res["setup"]["engine_resolved_changes"]:
+        out.append("The engine was restarted and resolved some settings differently: "
+                   + ", ".join(sorted({d['name'] for d in res['setup']['engine_resolved_changes']})) + ".")
+    if data.profile_files or spec.profile.enabled:
+        out.append("Profiling is diagnostic only: traces come from a separate, shorter workload under a profiler, "
+                   "never from the measured trials; their numbers do not reconstruct the throughput tables.")
+    for d in res["dominance"]["pairs"]:
+        if d["held_in_repeats"] < d["repeats_planned"]:
+            out.append(f"{d['statement']} on the means, but per repeat only in {d['held_in_repeats']} of "
+                       f"{d['repeats_planned']} planned repeat(s).")
+    if res["ordering"]["statement"] and not res["ordering"]["held_in_every_repeat"]:
+        out.append(f"The ordering {res['ordering']['statement']} (from means) held in {res['ordering']['held_in_repeats']} "
+                   f"of {res['ordering']['repeats_planned']} repeats.")
+    return out

@@ -30,10 +30,11 @@ ALLOWED: dict[str, set[str]] = {
     "report": {"figures", "analysis", "traces", "metrics", "spec"},
     "derive": {"report", "figures", "analysis", "traces", "metrics", "spec"},
     "interop": {"spec", "metrics"},
+    "execute": {"spec"},
     "run": {"engines", "loadgen", "metrics", "spec", "traces"},
     "release": {"derive", "report", "figures", "analysis", "traces", "metrics", "spec"},
     "cli": {"release", "derive", "report", "figures", "analysis", "traces", "metrics", "spec", "run", "engines",
-            "loadgen", "tools", "interop"},
+            "loadgen", "tools", "interop", "execute"},
 }
 
 

@@ -175,6 +175,7 @@ def plan(
 COMMAND_MODULES = (
     "evidence.cli.spec",
     "evidence.cli.run",
+    "evidence.cli.execute",
     "evidence.cli.analysis",
     "evidence.cli.trace",
     "evidence.cli.release",

@@ -93,7 +93,29 @@ class StandinServer:
 # -------------------------------------------------------------------- CLI ----
 
 
+def vllm_argv(argv: list[str]) -> list[str]:
+    """`serve MODEL --served-model-name N --host H --port P ...` (the argv the vllm adapter builds) ->
+    the stand-in's own flags, so a spec can name the stand-in as `engine.launch.command` and a machine
+    without a GPU (or each node of a test cluster) runs the whole pipeline. vLLM flags the stand-in has
+    no use for are dropped; `--standin-X V` in `engine.args.extra` passes `--X V` through."""
+    flags = {"--burst", "--bos", "--no-metrics", "--no-uvloop"}  # the stand-in's flags that take no value
+    out: list[str] = []
+    it = iter(argv[2:])  # past "serve MODEL"
+    for tok in it:
+        if tok in ("--host", "--port"):
+            out += [tok, next(it, "")]
+        elif tok == "--served-model-name":
+            out += ["--model", next(it, "")]
+        elif tok.startswith("--standin-"):
+            name = "--" + tok[len("--standin-"):]
+            out += [name] if name in flags else [name, next(it, "")]
+    return out
+
+
 def main(argv: list[str] | None = None) -> None:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["serve"]:
+        argv = vllm_argv(argv)
     p = argparse.ArgumentParser(prog="python -m evidence.tools.standin",
                                 description="A fast stand-in streaming server (NOT an engine; see the module docstring).")
     p.add_argument("--host", default="127.0.0.1")

@@ -1,0 +1,115 @@
+"""The same spec on N hosts: did the ordering survive, and how much do nominally identical hosts differ?
+
+Input: the run directories of one replication (`evidence run SPEC --executor slurm --hosts N`
+writes them under one parent). For every host, each point's output throughput per repeat
+(from the trial summaries, i.e. from the raw records through evidence.metrics). Then:
+- per host: the declared comparisons as paired tests over that host's repeats (evidence.analysis.stats);
+- across hosts, with the host as the unit: each host's mean per point forms one pair, so the
+  paired test asks whether the difference holds across hosts (n = hosts), beside the count of
+  hosts whose own comparison agrees in sign and whose own verdict is a finding;
+- variance at the level where it lives: per point, the within-host variance (of repeats) and the
+  between-host variance component (one-way random effects, method of moments:
+  var(host means) - within / repeats, floored at 0), both as a CV of the grand mean.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+
+from evidence.analysis.load import NotARunDir, RunData, load_run
+from evidence.analysis.stats import holm, paired
+
+METRIC = "output_throughput"
+
+
+def _throughputs(run: RunData) -> dict[int, dict[int, float]]:
+    """point -> {repeat: output tok/s} for present trials that measured it."""
+    out: dict[int, dict[int, float]] = {}
+    for t in run.trials:
+        v = (t.summary or {}).get(METRIC) if t.present else None
+        if isinstance(v, (int, float)) and v > 0:
+            out.setdefault(t.point, {})[t.repeat] = float(v)
+    return out
+
+
+def _pairs(tp: dict[int, dict[int, float]], a: int, b: int) -> tuple[list[float], list[float]]:
+    common = sorted(set(tp.get(a, {})) & set(tp.get(b, {})))
+    return [tp[a][r] for r in common], [tp[b][r] for r in common]
+
+
+def compare_hosts(run_dirs: Sequence[Path], names: Sequence[str] | None = None) -> dict:
+    if len(run_dirs) < 2:
+        raise NotARunDir("a comparison across hosts needs at least two host runs.")
+    runs = [load_run(Path(p)) for p in run_dirs]
+    names = list(names or [Path(p).name for p in run_dirs])
+    specs = {r.spec.model_dump_json() for r in runs}
+    if len(specs) != 1:
+        raise NotARunDir("the host runs do not share one spec; a replication compares the same spec on each host.")
+    spec = runs[0].spec
+    tps = [_throughputs(r) for r in runs]
+    comps = [(c.a, c.b) for c in spec.analysis.comparisons]
+    hosts = []
+    for name, run, tp in zip(names, runs, tps):
+        per = [paired(*_pairs(tp, a, b), a=a, b=b, metric=METRIC) for a, b in comps]
+        per = holm(per) if len(per) > 1 else per
+        node = ((run.provenance or {}).get("host") or {}).get("hostname")
+        hosts.append({"host": name, "hostname": node, "status": (run.run_info or {}).get("status"),
+                      "means": {str(p): float(np.mean(list(v.values()))) for p, v in sorted(tp.items())},
+                      "comparisons": [x.as_dict() for x in per]})
+    tests, rows = [], []
+    for i, (a, b) in enumerate(comps):
+        ok = [h for h, tp in zip(hosts, tps) if tp.get(a) and tp.get(b)]
+        tests.append(paired([h["means"][str(a)] for h in ok], [h["means"][str(b)] for h in ok], a=a, b=b,
+                            metric=f"{METRIC} (host means)"))
+        rows.append((i, a, b, ok))
+    tests = holm(tests) if len(tests) > 1 else tests  # the family is the declared comparisons
+    across = []
+    for res, (i, a, b, ok) in zip(tests, rows):
+        effects = [h["comparisons"][i]["effect"] for h in ok if h["comparisons"][i]["effect"] is not None]
+        same = sum(1 for e in effects if res.effect is not None and e != 0 and (e > 0) == (res.effect > 0))
+        findings = sum(1 for h in ok if h["comparisons"][i]["verdict"] == "finding")
+        across.append({**res.as_dict(), "hosts": len(ok), "hosts_same_direction": same,
+                       "hosts_with_finding": findings,
+                       "statement": (f"C{a} vs C{b}: same direction on {same} of {len(ok)} hosts, a finding on "
+                                     f"{findings}; across hosts (the host as the unit): {res.verdict}")})
+    variance = []
+    points = sorted({p for tp in tps for p in tp})
+    for p in points:
+        per_host = [list(tp[p].values()) for tp in tps if tp.get(p)]
+        means = [float(np.mean(v)) for v in per_host]
+        grand = float(np.mean(means)) if means else math.nan
+        within = [float(np.var(v, ddof=1)) for v in per_host if len(v) > 1]
+        w = float(np.mean(within)) if within else None
+        k = float(np.mean([len(v) for v in per_host])) if per_host else 0.0
+        if len(means) > 1:
+            between_raw = float(np.var(means, ddof=1)) - ((w or 0.0) / k if k else 0.0)
+            b = max(0.0, between_raw)
+        else:
+            b = None
+        variance.append({"point": p, "hosts": len(means), "grand_mean": grand,
+                         "within_host_cv": (math.sqrt(w) / grand) if w is not None and grand else None,
+                         "between_host_cv": (math.sqrt(b) / grand) if b is not None and grand else None,
+                         "method": "one-way random effects, method of moments (between floored at 0)"})
+    return {"schema": "evidence.hosts/1", "spec": spec.name, "metric": METRIC, "hosts": hosts,
+            "across_hosts": across, "variance": variance}
+
+
+def summary_lines(res: dict) -> list[str]:
+    lines = [f"{len(res['hosts'])} hosts of spec {res['spec']}"]
+    for h in res["hosts"]:
+        means = ", ".join(f"C{p} {v:,.1f}" for p, v in h["means"].items())
+        lines.append(f"  {h['host']} ({h.get('hostname') or '?'}, {h.get('status') or '?'}): {means} tok/s")
+    for c in res["across_hosts"]:
+        ci = c.get("ci95")
+        ci_s = f" [{ci[0]:+.1%}, {ci[1]:+.1%}]" if ci else ""
+        eff = f" effect {c['effect']:+.1%}{ci_s}" if c.get("effect") is not None else ""
+        lines.append(f"  {c['statement']}{eff}")
+    for v in res["variance"]:
+        w = f"{v['within_host_cv']:.1%}" if v["within_host_cv"] is not None else "n/a"
+        b = f"{v['between_host_cv']:.1%}" if v["between_host_cv"] is not None else "n/a"
+        lines.append(f"  C{v['point']}: within-host CV {w}, between-host CV {b}")
+    return lines

@@ -1,0 +1,1 @@
+"""Executing runs elsewhere: local, debug, or on many hosts through Slurm (submitit)."""

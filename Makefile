@@ -6,7 +6,7 @@ VENV   := .venv
 ENGINE := .venv-vllm
 EV     := $(VENV)/bin/evidence
 
-.PHONY: install engine model test demo clean-venvs
+.PHONY: install engine model system test demo clean-venvs
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -24,7 +24,15 @@ engine: install
 model: engine
 	$(EV) model tiny models/tiny
 
-test: engine model
+# Debian packages the tests need: a real Slurm (slurmctld, slurmd, munge) for the multi-host tests.
+# Idempotent: apt runs only when something is missing (CI runs on a fresh machine as root).
+SYSTEM_PKGS := slurm-wlm munge
+system:
+	@command -v slurmctld >/dev/null && command -v munged >/dev/null || { \
+	  if [ "$$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi; \
+	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq $(SYSTEM_PKGS) >/dev/null; }
+
+test: engine model system
 	$(VENV)/bin/python -m pytest -q -p no:cacheprovider
 
 demo: engine model

@@ -248,7 +248,9 @@ def main() -> None:
     ap.add_argument("--write", default=None, help="append a results section to this markdown file")
     ap.add_argument("--json", default=None)
     ap.add_argument("--_ours", default=None, help=argparse.SUPPRESS)
-    ap.add_argument("--http", default="auto", help="our client's HTTP stack: auto (h1), h1, aiohttp")
+    ap.add_argument("--http", default="h1", help="our client's HTTP stack in the 'ours' column: h1 (what the tables "
+                    "in RESULTS-client.md measured; opt-in under `evidence run --http-stack h1`) or aiohttp "
+                    "(evidence run's default; --also-aiohttp adds it as a third column)")
     ap.add_argument("--also-aiohttp", action="store_true", help="also run our client on its aiohttp stack")
     a = ap.parse_args()
     if a._ours:

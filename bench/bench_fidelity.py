@@ -62,6 +62,8 @@ def main() -> None:
                          "applies); a number sends it (0 = greedy, a different and cheaper workload)")
     ap.add_argument("--repetition-penalty", default="1.0",
                     help="ours: sent as vLLM's client sends it (1.0); 'none' leaves it out")
+    ap.add_argument("--http", default="h1", choices=("h1", "aiohttp"),
+                    help="our client's HTTP stack (h1: what RESULTS-client.md measured; aiohttp: evidence run's default)")
     ap.add_argument("--write", default=None, help="append a results section to this markdown file")
     ap.add_argument("--json", default=None)
     a = ap.parse_args()
@@ -80,7 +82,7 @@ def main() -> None:
                 if who == "ours":
                     res = run_ours(url, a.model, c, n, a.input_len, a.output_len, a.seed, tokenizer=a.tokenizer,
                                    prompt_form=a.prompt_form, warmup=a.warmup, temperature=temperature,
-                                   extra_body=extra_body)
+                                   extra_body=extra_body, http=a.http)
                 else:
                     res = run_vllm(url, a.model, c, n, a.input_len, a.output_len, a.seed, tokenizer=a.tokenizer,
                                    warmup=a.warmup)

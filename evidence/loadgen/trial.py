@@ -6,9 +6,12 @@ A trial is described by one `TrialConfig` and returns a `TrialResult` whose
 `meta` (a `TrialMeta`) is what meta.json records.
 
 - `sse.py`: framing and timing of the event stream (one clock, read when bytes arrive).
-- `http_h1.py`, `http_aiohttp.py`: two HTTP stacks that share the SSE parser and
-  pass the same tests. `h1` is used for http:// URLs unless asked otherwise;
-  `aiohttp` for https://, for a caller's session, or with `http_stack="aiohttp"`.
+- `http_aiohttp.py`, `http_h1.py`: two HTTP stacks that share the SSE parser and
+  pass the same tests. `aiohttp` is the default (`http_stack="auto"` or
+  "aiohttp"): the well-kept library users know, with https, and on the H200 the
+  client needed 8-14% of a core, far from any limit. `h1`, our keep-alive
+  HTTP/1.1 client (http:// only), is the opt-in for client-bound sweeps: about
+  1.2-1.6x less client CPU per token again (bench/RESULTS-client.md).
   Both have the per-request timeout (`request_timeout_s`, None for none). One
   choice per request (n=1) is assumed.
 - `schedule.py`: when each request is due.
@@ -74,7 +77,7 @@ class TrialConfig:
     # Sent as `Authorization: Bearer <key>` on every request (completions, /metrics);
     # never written anywhere: not in repr, not in TrialMeta.
     api_key: str | None = field(default=None, repr=False)
-    http_stack: str = "auto"
+    http_stack: str = "auto"  # auto = aiohttp; "h1" opts in to our HTTP/1.1 stack
     endpoint: str = "/v1/completions"
     telemetry: bool = True
     telemetry_interval_s: float = 0.25
@@ -236,7 +239,9 @@ async def run_trial_async(config: TrialConfig, *,
     url = base + c.endpoint
     http = c.http_stack
     if http == "auto":
-        http = "aiohttp" if (session is not None or not url.startswith("http://")) else "h1"
+        http = "aiohttp"
+    if http == "h1" and (session is not None or not url.startswith("http://")):
+        raise ValueError("the h1 stack speaks plain http:// only and has no aiohttp session; use http_stack='aiohttp'")
     headers = c.headers()
     stop = c.stop
     loop = asyncio.get_running_loop()

@@ -554,3 +554,12 @@ def test_request_body_temperature_and_extras():
     assert d["stream"] is True and d["stream_options"] == {"include_usage": True}
     assert d["prompt"] == p.token_ids
     assert _json.loads(request_body("m", p, ignore_eos=False, temperature=0.0))["temperature"] == 0.0
+
+
+def test_aiohttp_is_the_default_stack_and_h1_is_opt_in(server):
+    r = go(server, "standin", prompts(2, 2), max_concurrency=2, telemetry=False)
+    assert r.meta.client["http_stack"] == "aiohttp" and all(x.ok for x in r.records)
+    r = go(server, "standin", prompts(2, 2), max_concurrency=2, telemetry=False, http="h1")
+    assert r.meta.client["http_stack"] == "h1" and all(x.ok for x in r.records)
+    with pytest.raises(ValueError, match="plain http:// only"):
+        go("https://127.0.0.1:1", "standin", prompts(1, 2), max_concurrency=1, telemetry=False, http="h1")

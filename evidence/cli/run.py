@@ -32,10 +32,11 @@ def register(app: typer.Typer) -> None:
                                        "{prompts} {trial} {out} {input_len} {output_len} {seed}. Its output goes to "
                                        "interleaved/<trial>/, never into the trial's records."),
         http_stack: str = typer.Option("auto", "--http-stack", help="HTTP client under the streaming load generator: "
-                                       "'h1' (our keep-alive HTTP/1.1 client, the default for http://; about 3x less "
-                                       "client CPU per token, bench/RESULTS-client.md) or 'aiohttp' (one ClientSession, "
-                                       "also used for https://). Both share one SSE parser and one test suite; the "
-                                       "stack used is recorded in each trial's meta.json."),
+                                       "'aiohttp' (one ClientSession; the default, which 'auto' means) or 'h1' (our "
+                                       "keep-alive HTTP/1.1 client, http:// only; opt-in for client-bound sweeps: "
+                                       "1.2-1.6x less client CPU per token, bench/RESULTS-client.md). Both share one "
+                                       "SSE parser and one test suite; the stack used is recorded in each trial's "
+                                       "meta.json."),
         as_json: bool = typer.Option(False, "--json", help="Print the outcome as JSON at the end."),
     ) -> None:
         """Run the spec's sweep against a real engine and record every request.

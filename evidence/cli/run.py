@@ -37,6 +37,13 @@ def register(app: typer.Typer) -> None:
                                        "1.2-1.6x less client CPU per token, bench/RESULTS-client.md). Both share one "
                                        "SSE parser and one test suite; the stack used is recorded in each trial's "
                                        "meta.json."),
+        until_decided: bool = typer.Option(False, "--until-decided", help="After the planned repeats, add balanced "
+                                           "blocks (one repeat of every point, Latin-square order) until every "
+                                           "comparison in analysis.comparisons is decided by a group-sequential "
+                                           "test (O'Brien-Fleming alpha spending), or --max-repeats is reached. "
+                                           "Every look and the stopping rule are recorded in looks.jsonl."),
+        max_repeats: int = typer.Option(None, "--max-repeats", min=1, help="With --until-decided: the most repeats "
+                                        "of every point, planned ones included (the budget)."),
         as_json: bool = typer.Option(False, "--json", help="Print the outcome as JSON at the end."),
     ) -> None:
         """Run the spec's sweep against a real engine and record every request.
@@ -57,6 +64,11 @@ def register(app: typer.Typer) -> None:
         load_spec_or_exit(spec)
         if http_stack not in ("auto", "h1", "aiohttp"):
             fail(f"--http-stack must be auto, h1 or aiohttp, not {http_stack!r}.")
+        if max_repeats is not None and not until_decided:
+            fail("--max-repeats is the budget of --until-decided; give both, or neither.")
+        look = None
+        if until_decided:
+            from evidence.analysis.sequential import look
         if resume and (run_id or new):
             fail("--resume names the run to continue; it cannot be combined with --run-id or --new.")
         if new and run_id is None:
@@ -68,7 +80,8 @@ def register(app: typer.Typer) -> None:
         try:
             outcome = run_experiment(spec, runs_dir=runs_dir, repo_root=repo_root, run_id=run_id, resume=resume,
                                      allow_drift=allow_drift, code_commit=code_commit, progress=not no_progress,
-                                     profile=not no_profile, console=err, interleave=interleave, http_stack=http_stack)
+                                     profile=not no_profile, console=err, interleave=interleave, http_stack=http_stack,
+                                     until_decided=look, max_repeats=max_repeats)
         except RunError as e:
             fail(str(e), e.code)
         res = {

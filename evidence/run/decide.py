@@ -3,23 +3,24 @@
 After the planned repeats, and after every block added, the run takes a *look*: for each
 declared comparison (analysis.comparisons: a vs b) the pairs so far (output tok/s of a and
 of b in the same repeat) go to the sequential procedure `look(pairs, look_index, max_looks,
-alpha)` (evidence.analysis.sequential, handed in by the CLI: the runner does not import the
-analysis stage). The familywise alpha is split evenly over the comparisons (Bonferroni); the
-procedure spends each comparison's alpha over at most `max_looks` looks, so peeking after
-every block does not inflate the false-finding rate. When every comparison is decided the
-run stops; otherwise one more block (one repeat of every point, in the next rotation of the
-cyclic Latin square, on a new engine session when the spec has sessions > 1) is run, until
-the budget of N repeats is spent.
+alpha, comparisons)` (evidence.analysis.sequential: group-sequential, O'Brien-Fleming-type
+alpha spending over at most max_looks = N - planned + 1 looks, alpha split over the
+comparisons; handed in by the CLI, as the runner does not import the analysis stage).
+A comparison that crossed keeps its decision; when every comparison is decided the run
+stops, otherwise one more block (one repeat of every point, in the next rotation of the
+cyclic Latin square; a new engine session when the spec has sessions > 1) is run, until
+the budget of N repeats is spent (the last look decides what is left).
 
-Every look and the stopping rule are recorded: looks.jsonl (one line per look, then a line
-with "stop"), the same as events ("look", "until_decided_stop"), and plan.json, rewritten
-atomically with the added trials after the planned ones and an "until_decided" note.
+Every look and the stopping rule are recorded: looks.jsonl (one line per look, then one
+with "stop" and the rule), the same as events ("look", "until_decided_stop"), and plan.json,
+rewritten atomically with the added trials after the planned ones and an "until_decided" note.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
+import math
 from typing import Any, Callable
 
 from evidence.canon import read_json, write_json
@@ -77,12 +78,23 @@ def pairs(rd: RunDir, trials: list[Trial], a: int, b: int) -> list[tuple[float, 
     return [(val[(r, a)], val[(r, b)]) for r in reps if (r, a) in val and (r, b) in val]
 
 
+def _json_safe(v: Any) -> Any:
+    """Strict JSON: a non-finite number (a t statistic of zero spread) is written as its name."""
+    if isinstance(v, float) and not math.isfinite(v):
+        return "inf" if v > 0 else ("-inf" if v < 0 else "nan")
+    if isinstance(v, dict):
+        return {k: _json_safe(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [_json_safe(x) for x in v]
+    return v
+
+
 def _as_dict(d: Any) -> dict:
     if hasattr(d, "as_dict"):
-        return d.as_dict()
-    if dataclasses.is_dataclass(d):
-        return dataclasses.asdict(d)
-    return dict(d)
+        d = d.as_dict()
+    elif dataclasses.is_dataclass(d):
+        d = dataclasses.asdict(d)
+    return _json_safe(dict(d))
 
 
 def next_block(spec: Spec, trials: list[Trial]) -> list[Trial]:
@@ -112,41 +124,54 @@ def run_until_decided(ctx: RunContext, trials: list[Trial], *, plan_repeats: int
     spec, rd = ctx.spec, ctx.rd
     comps = spec.analysis.comparisons
     max_looks = max_repeats - plan_repeats + 1
-    alpha_each = ALPHA / len(comps)
-    rule = (f"after the {plan_repeats} planned repeat(s) and after each added block, look at every declared "
-            f"comparison ({len(comps)}; familywise alpha {ALPHA} split evenly: {alpha_each:g} each) with the "
-            f"sequential procedure over at most {max_looks} look(s); stop when every comparison is decided, or "
-            f"at {max_repeats} repeats")
-    seen = {ln["look"] for ln in _looks(rd) if "look" in ln and "stop" not in ln}
-    while True:
-        if stopped(rd):
-            return trials
+    recorded = [ln for ln in _looks(rd) if "stop" not in ln]
+    seen = {ln["look"] for ln in recorded}
+    # a comparison that crossed keeps its decision (the procedure is not asked again)
+    kept: dict[tuple[int, int], dict] = {}
+    for ln in recorded:
+        for r in ln["comparisons"]:
+            if r.get("decided") and (r["a"], r["b"]) not in kept:
+                kept[(r["a"], r["b"])] = r
+    rule = ""
+    while not stopped(rd):
         repeats = max(t.repeat for t in trials)
         k = repeats - plan_repeats + 1
         results = []
         for c in comps:
+            if (c.a, c.b) in kept:
+                results.append({**kept[(c.a, c.b)], "from_look": kept[(c.a, c.b)].get("from_look", k - 1)})
+                continue
             pr = pairs(rd, trials, c.a, c.b)
-            d = _as_dict(look(pr, look_index=k, max_looks=max_looks, alpha=alpha_each))
-            results.append({"a": c.a, "b": c.b, "metric": METRIC, "n_pairs": len(pr), **d})
+            d = _as_dict(look(pr, look_index=k, max_looks=max_looks, alpha=ALPHA, comparisons=len(comps)))
+            rule = d.get("rule") or rule
+            r = {"a": c.a, "b": c.b, "metric": METRIC, "n_pairs": len(pr), "from_look": k, **d}
+            results.append(r)
+            if r.get("decided"):
+                kept[(c.a, c.b)] = r
         all_decided = all(bool(r.get("decided")) for r in results)
-        row = {"look": k, "max_looks": max_looks, "repeats": repeats, "alpha_each": alpha_each,
+        row = {"look": k, "max_looks": max_looks, "repeats": repeats, "alpha": ALPHA,
                "comparisons": results, "all_decided": all_decided}
         if k not in seen:  # a resumed run recomputes the same look from the same trials: record it once
             _append_look(rd, row)
-            rd.event("look", **row)
+            rd.event("look", look=k, max_looks=max_looks, repeats=repeats, all_decided=all_decided,
+                     verdicts={f"C{r['a']} vs C{r['b']}": r.get("verdict") for r in results})
             seen.add(k)
             ctx.say(f"look {k} of at most {max_looks} after {repeats} repeat(s): "
-                    + "; ".join(f"C{r['a']} vs C{r['b']}: {r.get('verdict')}"
-                                + (" (decided)" if r.get("decided") else "") for r in results), highlight=False)
+                    + "; ".join(f"C{r['a']} vs C{r['b']}: {r.get('verdict')}" for r in results), highlight=False)
         if all_decided or repeats >= max_repeats:
-            why = "every comparison decided" if all_decided else f"budget spent ({max_repeats} repeats)"
-            stop = {"stop": why, "look": k, "repeats": repeats, "rule": rule}
+            # at the budget's last look every comparison is decided by definition ("not significant" if it
+            # never crossed): the stop is the budget's, not the evidence's
+            why = f"budget spent ({max_repeats} repeats)" if repeats >= max_repeats else "every comparison decided"
+            stop = {"stop": why, "look": k, "repeats": repeats, "max_repeats": max_repeats,
+                    "planned_repeats": plan_repeats, "rule": rule}
             _append_look(rd, stop)
             rd.event("until_decided_stop", **stop)
             ctx.say(f"until-decided: stopped after {repeats} repeat(s): {why}", highlight=False)
-            return trials
+            break
         block = next_block(spec, trials)
-        _extend_plan(rd, trials, block, {"planned_repeats": plan_repeats, "max_repeats": max_repeats, "rule": rule})
+        _extend_plan(rd, trials, block, {"planned_repeats": plan_repeats, "max_repeats": max_repeats,
+                                         "rule": rule})
         rd.event("plan_extended", repeat=block[0].repeat, trials=[t.id for t in block], look=k)
         trials = trials + block
         run_trials(ctx, len(trials), block, progress=progress)
+    return trials

@@ -31,13 +31,6 @@ def served_name(spec: Spec) -> str:
     return spec.model.served_name or spec.model.id
 
 
-def model_source(spec: Spec, repo_root: Path) -> Path | None:
-    if spec.model.path:
-        p = Path(spec.model.path)
-        return p if p.is_absolute() else repo_root / p
-    return None
-
-
 def make_prompts(spec: Spec, repo_root: Path, base_url: str, model: str, n: int, seed: int):
     """The trial's prompts: ids bounded by a local tokenizer, one in the HF cache, or the server's own
     /detokenize (an endpoint needs nothing local); see evidence.loadgen.vocab."""

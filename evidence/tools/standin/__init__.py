@@ -36,6 +36,7 @@ give defaults; an `x-standin` header overrides them for one request, e.g.
     after        tokens sent before a mid-stream fault (malformed, error_event,
                  truncate, hang, drop); for hang, 0 hangs before any chunk
     usage_delay  seconds between the last token chunk and the usage chunk
+    jitter       > 0: the request's itl is scaled by exp(N(0, jitter)) (noise between trials)
 
 The tokenizer is a toy: id k is the word " w<k>", ids 4-13 are the digits
 "0"-"9" (no leading space), other text becomes one token per character. With

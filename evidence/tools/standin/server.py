@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import random
 import re
 import time
 from dataclasses import dataclass, field, replace
@@ -32,10 +33,11 @@ class Behavior:
     hang_s: float = 3600.0
     burst: bool = False  # with itl 0: the whole stream in one write (else one write per chunk)
     step_chunks: int = 1  # with itl 0 and no burst: chunks each stream gets per step (one write)
+    itl_jitter: float = 0.0  # > 0: each request's itl is scaled by exp(N(0, itl_jitter)) (run-to-run noise for tests)
 
     _KEYS = {"ttft": "ttft_s", "itl": "itl_s", "tokens": "tokens", "tpc": "tokens_per_chunk",
              "fault": "fault", "after": "fault_after", "usage_delay": "usage_delay_s", "hang": "hang_s",
-             "burst": "burst", "step": "step_chunks"}
+             "burst": "burst", "step": "step_chunks", "jitter": "itl_jitter"}
 
     def override(self, header: str | None) -> "Behavior":
         if not header:
@@ -241,6 +243,8 @@ class Standin:
             b = self.opts.behavior.override(request.headers.get("x-standin"))
         except ValueError as exc:
             return _err(400, str(exc))
+        if b.itl_jitter > 0:
+            b = replace(b, itl_s=b.itl_s * random.lognormvariate(0.0, b.itl_jitter))
         body = await request.json()
         prompt = body.get("prompt")
         key = prompt_key(prompt)

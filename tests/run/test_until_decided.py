@@ -1,0 +1,104 @@
+"""`evidence run --until-decided --max-repeats N` against the stand-in (issue 12): a clear effect stops at
+the first look, a null one runs to its budget; every look and the rule are recorded; refusals."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from evidence.analysis.sequential import look
+from evidence.canon import read_json
+from evidence.run.runner import RunError, run_experiment
+from evidence.tools.standin import StandinServer
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from test_run import ROOT, events, trial_ids, write_spec  # noqa: E402
+
+
+def _looks(rd: Path) -> list[dict]:
+    return [json.loads(ln) for ln in (rd / "looks.jsonl").read_text().splitlines()]
+
+
+def test_a_clear_effect_stops_at_the_first_look(tmp_path, tiny_model):
+    # C4 has four times C1's throughput (no cap on the stand-in): decided after the planned repeats
+    with StandinServer(model="standin", itl_s=0.01) as url:
+        spec = write_spec(tmp_path / "s.yaml", base_url=url, served="standin", model_dir=tiny_model, points=(1, 4),
+                          repeats=4, per=4, output_len=20, warmup=0,
+                          extra="analysis:\n  comparisons: [{a: 4, b: 1}]\n")
+        out = run_experiment(spec, runs_dir=tmp_path / "runs", repo_root=ROOT, progress=False, run_id="c",
+                             until_decided=look, max_repeats=7)
+    rd = out.run_dir
+    assert out.status == "complete" and out.exit_code == 0
+    looks = _looks(rd)
+    assert [ln.get("look") for ln in looks] == [1, 1] and looks[0]["max_looks"] == 4
+    (c,) = looks[0]["comparisons"]
+    assert (c["a"], c["b"], c["n_pairs"], c["decided"], c["verdict"]) == (4, 1, 4, True, "finding")
+    assert c["look"]["effect"] > 2  # C4 over C1: about +300%
+    stop = looks[1]
+    assert stop["stop"] == "every comparison decided" and stop["repeats"] == 4 and "O'Brien-Fleming" in stop["rule"]
+    assert len(trial_ids(rd)) == 8 and "until_decided" not in read_json(rd / "plan.json")
+    ev = [e["event"] for e in events(rd)]
+    assert ev.count("look") == 1 and "until_decided_stop" in ev and "plan_extended" not in ev
+    # running the same command again: nothing to do, nothing recorded twice
+    again = run_experiment(spec, runs_dir=tmp_path / "runs", repo_root=ROOT, progress=False, run_id="c",
+                           until_decided=look, max_repeats=7)
+    assert again.status == "complete" and len(_looks(rd)) == 2
+
+
+def test_a_null_effect_runs_to_its_budget_in_latin_square_blocks(tmp_path, tiny_model):
+    # One request at a time on the server, each with its own random speed: every point has the same
+    # throughput, with noise. Two comparisons would both have to cross early to stop the run.
+    with StandinServer(model="standin", itl_s=0.005, itl_jitter=0.3, max_running=1) as url:
+        spec = write_spec(tmp_path / "s.yaml", base_url=url, served="standin", model_dir=tiny_model,
+                          points=(1, 2, 3), repeats=2, per=3, output_len=20, warmup=0,
+                          extra="analysis:\n  comparisons: [{a: 1, b: 2}, {a: 2, b: 3}]\n")
+
+        stopped = []
+
+        def stop_once(tid):  # interrupt inside the first added block, then resume with the same command
+            if tid.startswith("r3-") and not stopped:
+                stopped.append(tid)
+                raise KeyboardInterrupt
+
+        first = run_experiment(spec, runs_dir=tmp_path / "runs", repo_root=ROOT, progress=False, run_id="n",
+                               until_decided=look, max_repeats=4, hooks={"after_trial": stop_once})
+        assert first.status == "interrupted"
+        out = run_experiment(spec, runs_dir=tmp_path / "runs", repo_root=ROOT, progress=False, run_id="n",
+                             until_decided=look, max_repeats=4)
+    rd = out.run_dir
+    assert out.status == "complete", out
+    looks = _looks(rd)
+    assert [ln["look"] for ln in looks if "stop" not in ln] == [1, 2, 3]  # each look recorded once
+    assert looks[-1]["stop"] == "budget spent (4 repeats)" and looks[-1]["repeats"] == 4
+    assert not looks[0]["all_decided"] and looks[0]["comparisons"][0]["verdict"] == "continue"
+    plan = read_json(rd / "plan.json")
+    assert plan["until_decided"]["max_repeats"] == 4 and plan["until_decided"]["planned_repeats"] == 2
+    order = {r: [t["point"] for t in plan["trials"] if t["repeat"] == r] for r in (1, 2, 3, 4)}
+    assert order == {1: [1, 2, 3], 2: [2, 3, 1], 3: [3, 1, 2], 4: [1, 2, 3]}  # the cyclic Latin square goes on
+    assert [t["index"] for t in plan["trials"]] == list(range(12))
+    assert len(trial_ids(rd)) == 12
+    ev = events(rd)
+    assert [e["repeat"] for e in ev if e["event"] == "plan_extended"] == [3, 4]
+    starts = [e["trial"] for e in ev if e["event"] == "trial_start"]
+    assert len(starts) == len(set(starts)) == 12  # nothing ran twice across the interrupt
+    from evidence.analysis.analyze import analyze_run  # the extended run is an ordinary run to the analysis
+
+    analyze_run(rd)
+
+
+def test_until_decided_refuses_what_cannot_work(tmp_path, tiny_model):
+    spec = write_spec(tmp_path / "s.yaml", base_url="http://127.0.0.1:9", served="x", model_dir=tiny_model)
+    with pytest.raises(RunError, match="analysis.comparisons"):
+        run_experiment(spec, runs_dir=tmp_path / "runs", repo_root=ROOT, progress=False, until_decided=look,
+                       max_repeats=4)
+    spec2 = write_spec(tmp_path / "t.yaml", base_url="http://127.0.0.1:9", served="x", model_dir=tiny_model,
+                       repeats=3, extra="analysis:\n  comparisons: [{a: 1, b: 4}]\n")
+    with pytest.raises(RunError, match="below the spec's planned repeats"):
+        run_experiment(spec2, runs_dir=tmp_path / "runs", repo_root=ROOT, progress=False, until_decided=look,
+                       max_repeats=2)
+    with pytest.raises(RunError, match="--max-repeats"):
+        run_experiment(spec2, runs_dir=tmp_path / "runs", repo_root=ROOT, progress=False, until_decided=look)
+    assert not (tmp_path / "runs").exists()  # refused before any folder was made

@@ -51,9 +51,13 @@ def caveats(data: RunData, res: dict) -> list[str]:
     if bad:
         out.append("Pins that did not hold (run with drift allowed): " + "; ".join(
             f"{p.get('pin')}: requested {p.get('requested')!r}, effective {p.get('effective')!r}" for p in bad) + ".")
-    if res["setup"]["engine_resolved_changes"]:
-        out.append("The engine was restarted and resolved some settings differently: "
-                   + ", ".join(sorted({d['name'] for d in res['setup']['engine_resolved_changes']})) + ".")
+    # Resolved VALUES are compared, not their records: a restart that quotes a longer log line as the
+    # source of the same value changed nothing.
+    val = lambda v: v.get("value") if isinstance(v, dict) and "value" in v else v  # noqa: E731
+    changed = {d["name"]: d for d in res["setup"]["engine_resolved_changes"] if val(d["first"]) != val(d["this"])}
+    if changed:
+        out.append("The engine was restarted and resolved some settings to different values: " + "; ".join(
+            f"{k}: {val(d['first'])!r} -> {val(d['this'])!r} ({d['file']})" for k, d in sorted(changed.items())) + ".")
     if data.profile_files or spec.profile.enabled:
         out.append("Profiling is diagnostic only: traces come from a separate, shorter workload under a profiler, "
                    "never from the measured trials; their numbers do not reconstruct the throughput tables.")

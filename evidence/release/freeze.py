@@ -7,7 +7,6 @@ import json
 import os
 import re
 import shutil
-import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterable
@@ -15,12 +14,16 @@ from typing import Any, Callable, Iterable
 from evidence import __version__
 from evidence.canon import write_atomic
 from evidence.release.archive import build_tar
+from evidence.release.candidates import publish_command, runs_for_tag
 from evidence.release.files import inventory
 from evidence.release.layout import (ALLOW_VALUES, DERIVED_ROLES, FORMAT, MANIFEST, PAYLOAD_DIR, REGEN_FUNCTIONS,
                                      RELEASE_JSON, ROLE_DOC, TAG_NAME, TAGMANIFEST, ReleaseError, dig,
                                      freeze_name_problems, path_problems, payload_path, sha256_bytes)
 from evidence.release.metadata import iso_utc, seal
 from evidence.release.regen import copy_tree_files, current_render_environment, regenerate
+from evidence.release.regenerator import build_regenerator
+from evidence.release.staging import (STAGING_MARK, Interrupted, critical, interruptible, make_staging, signal_name,
+                                      stale_staging)
 from evidence.rundir import RunDir
 from evidence.secrets import scan_files
 
@@ -39,6 +42,7 @@ class FreezeResult:
     runs: list[str]
     files: int
     bytes: int
+    publish: str  # the command that publishes the release (the branch and the tag)
 
     def as_dict(self) -> dict:
         d = asdict(self)
@@ -166,28 +170,52 @@ def tag_message(tag: str, commit: str | None, digests: dict[str, str], tar_sha: 
 
 def freeze(
     tag: str,
-    runs: list[Path],
+    runs: list[Path] | None,
     repo_root: Path,
     *,
     releases_dir: str | Path = "releases",
+    runs_dir: str | Path = "runs",
     allow: Iterable[str] = (),
     workers: int | None = None,
     say: Callable[[str], None] = lambda s: None,
 ) -> FreezeResult:
     """Freeze runs into releases/<tag>/, a deterministic releases/<tag>.tar (+ .tar.sha256), one commit
     holding all three, and an annotated tag <tag> on it whose message carries the manifest digests.
-    Refuses (ReleaseError, exit 2): a dirty tree (untracked files count), an existing tag or release,
-    a run that is not complete, any secret in the payload."""
+    With no runs, the one complete run of the spec the tag names (candidates.runs_for_tag).
+    Refuses (ReleaseError, exit 2): a dirty tree (untracked files count), what a killed freeze left in
+    releases/, an existing tag or release, a run that is not complete, any secret in the payload.
+    SIGTERM or SIGHUP remove everything written so far (ReleaseError, exit 128 + the signal)."""
+    state: dict = {}
+    try:
+        with interruptible(state):
+            return _freeze(tag, runs, repo_root, releases_dir=releases_dir, runs_dir=runs_dir, allow=allow,
+                           workers=workers, say=say, state=state)
+    except Interrupted as e:
+        raise ReleaseError(f"freeze of {tag} was interrupted by {signal_name(e.signum)}; nothing was released: the staging "
+                           "folder and any release files were removed, nothing was committed or tagged.", 128 + e.signum) from None
+
+
+def _freeze(tag: str, runs: list[Path] | None, repo_root: Path, *, releases_dir: str | Path, runs_dir: str | Path,
+            allow: Iterable[str], workers: int | None, say: Callable[[str], None], state: dict) -> FreezeResult:
     allow = frozenset(allow)
     if allow - set(ALLOW_VALUES):
         raise ReleaseError(f"unknown --allow value(s) {', '.join(sorted(allow - set(ALLOW_VALUES)))}; known: {', '.join(ALLOW_VALUES)}.")
     if not TAG_NAME.fullmatch(tag) or ".." in tag or tag.endswith(".lock"):
         raise ReleaseError(f"{tag!r} is not a usable release tag: use letters, digits, '.', '_' and '-' (it is both a git tag and a folder name).")
-    if not runs:
-        raise ReleaseError("give at least one run directory to freeze (e.g. runs/<run-id>).")
     repo_root = Path(repo_root).resolve()
     repo, head = _git_repo(repo_root)
     import git
+
+    rel_dir = Path(releases_dir)
+    releases = (rel_dir if rel_dir.is_absolute() else repo_root / rel_dir).resolve()
+    stale = stale_staging(releases)
+    if stale:
+        raise ReleaseError(f"a freeze that was killed left {'; '.join(stale)}. Nothing in it was released; remove it "
+                           f"(rm -rf {' '.join(s.split(' (')[0] for s in stale)}) and freeze again.")
+    if not runs:
+        rdir = Path(runs_dir) if Path(runs_dir).is_absolute() else repo_root / runs_dir
+        runs = runs_for_tag(tag, rdir)
+        say(f"tag {tag}: freezing {', '.join(p.name for p in runs)}, the complete run of its spec")
 
     try:
         dirty = repo.is_dirty(untracked_files=True)
@@ -201,8 +229,6 @@ def freeze(
     if f"refs/tags/{tag}" in {r.path for r in repo.tags}:
         raise ReleaseError(f"tag {tag!r} already exists (at {repo.tags[tag].commit.hexsha[:12]}); a release tag is never moved. "
                            "Choose a new tag.")
-    rel_dir = Path(releases_dir)
-    releases = (rel_dir if rel_dir.is_absolute() else repo_root / rel_dir).resolve()
     if repo_root not in releases.parents and releases != repo_root:
         raise ReleaseError(f"the releases folder {releases} is outside the repository {repo_root}; it must be inside to be committed.")
     final = releases / tag
@@ -221,8 +247,9 @@ def freeze(
     except ImportError as e:
         raise ReleaseError(f"the figures module is not available ({e}); freeze regenerates figures, so it needs it.")
 
+    made_releases = not releases.exists()
     releases.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".tmp-{tag}-", dir=releases))
+    staging = make_staging(releases, tag)
     created: list[Path] = []
     try:
         # 1. raw, copied byte for byte (derived folders are never copied: they are regenerated);
@@ -247,6 +274,9 @@ def freeze(
                     dest.parent.mkdir(parents=True, exist_ok=True)
                     os.replace(o, dest)
             say(f"regenerated analysis, figures and report of {p.name}")
+        # the release carries its regenerator (tag files): a wheel of this code and the lock of its render stack
+        build_regenerator(staging, sde=sde)
+        say("built the release's regenerator (a wheel of this code and the lock of its render stack)")
         shutil.rmtree(work)
         # 3. the whole payload again, now with the regenerated files
         _refuse_bad_payload(staging, workers)
@@ -272,6 +302,7 @@ def freeze(
         meta = seal(staging, meta, workers=workers)
         digests = {n: sha256_bytes((staging / n).read_bytes()) for n in (MANIFEST, TAGMANIFEST, RELEASE_JSON)}
         # 5. into place, then the archive beside it
+        (staging / STAGING_MARK).unlink()
         os.replace(staging, final)
         created.append(final)
         created.append(tar_path)
@@ -285,25 +316,27 @@ def freeze(
         n_bytes = sum(f["bytes"] for f in meta["files"])
         msg = (f"release {tag}: {', '.join(ids)}\n\nFrozen by evidence {__version__} from {head.hexsha}.\n"
                f"{n_files} payload files, {n_bytes} bytes.\n\n" + tag_message(tag, None, digests, tar_sha).split("\n", 2)[2])
-        try:
-            repo.git.add("-f", "--", *paths)
-            repo.git.commit("--no-verify", "-q", "-m", msg, "--", *paths)
-        except git.GitCommandError as e:
-            with contextlib.suppress(git.GitCommandError):
-                repo.git.reset("-q", "--", *paths)
-            raise ReleaseError(f"git could not commit the release ({(e.stderr or str(e)).strip()}); nothing was committed or tagged. "
-                               "Set user.name and user.email if git asks for them.")
-        created.clear()  # committed: never removed from here on
-        commit = repo.head.commit
-        if [c.hexsha for c in commit.parents] != [head.hexsha]:
-            raise ReleaseError(f"the release commit {commit.hexsha[:12]} does not follow {head.hexsha[:12]} (another commit raced it); "
-                               "the release is committed but not tagged. Inspect the history and tag it by hand.")
-        tag_ref = repo.create_tag(tag, ref=commit, message=tag_message(tag, commit.hexsha, digests, tar_sha))
+        with critical(state):  # SIGTERM/SIGHUP wait: the commit and its tag go together
+            try:
+                repo.git.add("-f", "--", *paths)
+                repo.git.commit("--no-verify", "-q", "-m", msg, "--", *paths)
+            except git.GitCommandError as e:
+                with contextlib.suppress(git.GitCommandError):
+                    repo.git.reset("-q", "--", *paths)
+                raise ReleaseError(f"git could not commit the release ({(e.stderr or str(e)).strip()}); nothing was committed or tagged. "
+                                   "Set user.name and user.email if git asks for them.")
+            created.clear()  # committed: never removed from here on
+            commit = repo.head.commit
+            if [c.hexsha for c in commit.parents] != [head.hexsha]:
+                raise ReleaseError(f"the release commit {commit.hexsha[:12]} does not follow {head.hexsha[:12]} (another commit raced it); "
+                                   "the release is committed but not tagged. Inspect the history and tag it by hand.")
+            tag_ref = repo.create_tag(tag, ref=commit, message=tag_message(tag, commit.hexsha, digests, tar_sha))
         if tag_ref.tag is None:
             raise ReleaseError(f"git created a lightweight tag {tag}; an annotated tag was required.")
         return FreezeResult(tag, final, tar_path, tar_sha, digests[MANIFEST], digests[TAGMANIFEST], digests[RELEASE_JSON],
-                            commit.hexsha, tag_ref.tag.hexsha, ids, n_files, n_bytes)
+                            commit.hexsha, tag_ref.tag.hexsha, ids, n_files, n_bytes, publish_command(repo, tag))
     finally:
+        state["critical"] = True  # a second signal must not cut the cleanup short
         if staging.exists():
             shutil.rmtree(staging, ignore_errors=True)
         for p in created:
@@ -311,3 +344,7 @@ def freeze(
                 shutil.rmtree(p, ignore_errors=True)
             elif p.exists():
                 p.unlink()
+        if made_releases:
+            with contextlib.suppress(OSError):
+                releases.rmdir()  # only when empty
+        state["critical"] = False

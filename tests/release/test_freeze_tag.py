@@ -72,3 +72,100 @@ def test_freeze_refuses_what_the_old_release_scanner_missed(repo, planted, where
         freeze.freeze("leak-v1", [run], repo)
     assert where in str(e.value) and GHP not in str(e.value) and "a1B2c3D4a1B2" not in str(e.value)
     _nothing_left(repo, "leak-v1")
+
+
+# --------------------------------------------------------------------------- --tag without a run
+
+def _other_spec_run(root: Path, run_id: str) -> Path:
+    return build_run(root, run_id=run_id, spec=demo_spec(name="other-spec"))
+
+
+def test_tag_alone_freezes_the_one_complete_run_of_its_spec(repo):
+    runs = repo / "runs"
+    build_run(runs, run_id="good")
+    build_run(runs, run_id="half", missing=("r1-c4",))  # same spec, not complete: a candidate, not chosen
+    _other_spec_run(runs, "elsewhere")
+    p = _cli(repo, "freeze", "--tag", "demo-cpu-v1.0")
+    assert p.returncode == 0, p.stderr
+    rel = repo / "releases" / "demo-cpu-v1.0"
+    meta = json.loads((rel / layout.RELEASE_JSON).read_text())
+    assert [r["id"] for r in meta["runs"]] == ["good"]
+    assert p.stdout.strip().splitlines()[-1] == "publish it with: git push origin main demo-cpu-v1.0"
+    assert _git(repo, "tag", "-l") == "demo-cpu-v1.0\n"
+    assert bagit.Bag(str(rel)).validate() is True  # the independent oracle accepts what freeze wrote
+
+
+def test_tag_alone_with_several_complete_runs_lists_them_and_refuses(repo):
+    runs = repo / "runs"
+    build_run(runs, run_id="first")
+    build_run(runs, run_id="second")
+    build_run(runs, run_id="half", missing=("r1-c4",))
+    p = _cli(repo, "freeze", "--tag", "demo-cpu-v1.0")
+    assert p.returncode == 2 and "Traceback" not in p.stderr
+    msg = " ".join(p.stderr.split())
+    assert "2 complete runs" in msg and "first (spec demo-cpu, status complete" in msg and "second (" in msg
+    assert "half" not in msg  # not complete: not a candidate among the complete ones
+    assert "evidence freeze --tag demo-cpu-v1.0 " in msg
+    _nothing_left(repo, "demo-cpu-v1.0")
+
+
+def test_tag_alone_with_no_complete_run_lists_the_candidates_and_refuses(repo):
+    runs = repo / "runs"
+    build_run(runs, run_id="half", missing=("r1-c4",))
+    _other_spec_run(runs, "elsewhere")
+    p = _cli(repo, "freeze", "--tag", "demo-cpu-v1.0")
+    msg = " ".join(p.stderr.split())
+    assert p.returncode == 2 and "Traceback" not in p.stderr
+    assert "no complete run" in msg and "half (spec demo-cpu, status incomplete" in msg and "not complete" in msg
+    _nothing_left(repo, "demo-cpu-v1.0")
+    # a tag naming a spec that has no run at all: the specs that do have runs are named
+    with pytest.raises(layout.ReleaseError, match="no run in .* is of that spec; the runs there are of: demo-cpu, other-spec"):
+        freeze.freeze("article9-v1", None, repo)
+    _nothing_left(repo, "article9-v1")
+
+
+# --------------------------------------------------------------------------- interruption
+
+def _start_and_wait_for_staging(repo: Path, tag: str) -> subprocess.Popen:
+    env = {**os.environ, "SOURCE_DATE_EPOCH": SDE}
+    proc = subprocess.Popen(CLI + ["freeze", "--tag", tag, "runs/one"], cwd=repo, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        rel = repo / "releases"
+        if rel.is_dir() and any(p.name.startswith(".tmp-") for p in rel.iterdir()):
+            time.sleep(0.3)  # inside the freeze proper: copying, scanning or regenerating
+            return proc
+        if proc.poll() is not None:
+            pytest.fail(f"freeze ended before it staged anything: {proc.communicate()}")
+        time.sleep(0.05)
+    proc.kill()
+    pytest.fail("freeze never created its staging folder")
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP], ids=["SIGTERM", "SIGHUP"])
+def test_interrupted_freeze_leaves_nothing_behind(repo, sig):
+    build_run(repo / "runs", run_id="one")
+    proc = _start_and_wait_for_staging(repo, "demo-cpu-v1")
+    proc.send_signal(sig)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 128 + sig, (proc.returncode, err)
+    assert "Traceback" not in err and f"interrupted by {sig.name}" in err and "nothing was released" in err
+    _nothing_left(repo, "demo-cpu-v1")
+    # and the next freeze runs as if nothing had happened
+    res = freeze.freeze("demo-cpu-v1", None, repo)
+    assert res.runs == ["one"] and res.publish == "git push origin main demo-cpu-v1"
+
+
+def test_a_killed_freeze_is_recognised_and_named(repo):
+    build_run(repo / "runs", run_id="one")
+    proc = _start_and_wait_for_staging(repo, "demo-cpu-v1")
+    proc.kill()  # SIGKILL: nothing can clean up
+    proc.communicate(timeout=60)
+    left = [p for p in (repo / "releases").iterdir() if p.name.startswith(".tmp-")]
+    assert len(left) == 1
+    with pytest.raises(layout.ReleaseError) as e:
+        freeze.freeze("demo-cpu-v2", None, repo)
+    msg = str(e.value)
+    assert e.value.code == 2 and str(left[0]) in msg and "killed" in msg
+    assert f"freeze of tag 'demo-cpu-v1' by pid {proc.pid}" in msg and "rm -rf" in msg

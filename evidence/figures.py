@@ -33,6 +33,7 @@ from matplotlib.figure import Figure
 
 from evidence.analysis.analyze import compute_analysis
 from evidence.analysis.load import RunData, load_run
+from evidence.analysis.model import Analysis
 from evidence.analysis.numbers import label
 from evidence.canon import dumps, write_atomic
 from evidence.metrics import LATENCY_METRICS, METRICS, pct_key
@@ -110,54 +111,54 @@ def _log2_axis(ax, points: list[int]) -> None:
 
 
 def _fig_throughput(res: dict) -> Figure:
-    pts = res["spec"]["points"]
-    R = res["spec"]["repeats"]
+    A = Analysis.from_dict(res)
+    pts = A.spec.points
+    R = A.spec.repeats
     fig = Figure(figsize=(7.0, 4.4), layout="constrained")
     ax = fig.add_subplot()
-    means = [p["output_throughput"]["mean"] for p in res["points"]]
+    means = [p.output_throughput.mean for p in A.points]
     xs = [p for p, m in zip(pts, means) if m is not None]
     ys = [m for m in means if m is not None]
     ax.plot(xs, ys, color="black", lw=1.4, marker="_", ms=18, mew=2, label="mean over repeats", zorder=3)
-    trials = {(t["repeat"], t["point"]): t for t in res["trials"]}
     step = 0.05 if len(pts) > 1 else 0.0
     for r in range(1, R + 1):
         rx, ry, fx, fy = [], [], [], []
         for P in pts:
-            t = trials.get((r, P))
-            if not t or t["output_throughput"] is None:
+            t = A.trial_at(r, P)
+            if not t or t.output_throughput is None:
                 continue
             x = P * 2 ** (step * (r - (R + 1) / 2))
-            (fx if t["failed"] else rx).append(x)
-            (fy if t["failed"] else ry).append(t["output_throughput"])
+            (fx if t.failed else rx).append(x)
+            (fy if t.failed else ry).append(t.output_throughput)
         m = REPEAT_MARKERS[(r - 1) % len(REPEAT_MARKERS)]
         ax.scatter(rx, ry, marker=m, s=30, color=_color(r - 1), label=f"repeat {r}", zorder=4)
         if fx:
             ax.scatter(fx, fy, marker=m, s=30, facecolors="none", edgecolors="#d62728", linewidths=1.4,
                        label=f"repeat {r} (had failed requests)", zorder=4)
-    for p in res["points"]:
-        cv = p["output_throughput"]["cv"]
-        m = p["output_throughput"]["mean"]
+    for p in A.points:
+        cv = p.output_throughput.cv
+        m = p.output_throughput.mean
         if m is None:
             continue
         txt = f"CV {cv * 100:.2f}%" if cv is not None else "CV n/a"
-        txt += f"\nn={p['repeats_measured']}/{p['repeats_planned']}"
-        ax.annotate(txt, (p["point"], p["output_throughput"]["max"]), textcoords="offset points", xytext=(0, 8),
+        txt += f"\nn={p.repeats_measured}/{p.repeats_planned}"
+        ax.annotate(txt, (p.point, p.output_throughput.max), textcoords="offset points", xytext=(0, 8),
                     ha="center", fontsize=7, color="#333333")
     _log2_axis(ax, pts)
     ax.set_xlabel("max concurrency")
     ax.set_ylabel(f"output throughput ({METRICS['output_throughput'].unit})")
     if ys:
-        lo = min(min(ys), min((t["output_throughput"] for t in res["trials"] if t["output_throughput"] is not None)))
-        hi = max(max(ys), max((t["output_throughput"] for t in res["trials"] if t["output_throughput"] is not None)))
+        tv = [t.output_throughput for t in A.trials if t.output_throughput is not None]
+        lo, hi = min(min(ys), min(tv)), max(max(ys), max(tv))
         pad = (hi - lo) * 0.25 or hi * 0.05 or 1.0
         ax.set_ylim(max(0.0, lo - pad), hi + pad)
-    o = res["ordering"]
-    title = f"{res['spec']['name']}: output throughput vs concurrency ({R} repeat{'s' if R != 1 else ''}, {res['spec']['order']} order)"
+    o = A.ordering
+    title = f"{A.spec.name}: output throughput vs concurrency ({R} repeat{'s' if R != 1 else ''}, {A.spec.order} order)"
     _title(fig, title, res)
-    if o["statement"]:
-        ax.text(0.01, 0.98, f"means: {o['statement']}; held in {o['held_in_repeats']} of {o['repeats_planned']} repeats"
-                f"\nsupported by paired verdicts: {o['supported_statement']}"
-                f"\nCV = {res['spec']['cv']} std / mean over repeats", transform=ax.transAxes,
+    if o.statement:
+        ax.text(0.01, 0.98, f"means: {o.statement}; held in {o.held_in_repeats} of {o.repeats_planned} repeats"
+                f"\nsupported by paired verdicts: {o.supported_statement}"
+                f"\nCV = {A.spec.cv} std / mean over repeats", transform=ax.transAxes,
                 va="top", ha="left", fontsize=7.5)
     ax.legend(loc="lower right", frameon=False)
     return fig

@@ -23,6 +23,7 @@ from typing import Any
 from evidence.analysis.analyze import compute_analysis
 from evidence.analysis.findings import paired_comparison
 from evidence.analysis.load import NotARunDir, load_run
+from evidence.analysis.model import Analysis, Comparison
 from evidence.analysis.numbers import label, pct_text
 
 PROVENANCE_KEYS = ("engine", "accelerator", "packages", "python", "git", "host", "model", "os", "cpu", "container")
@@ -109,20 +110,23 @@ def _engine_diff(ra: dict | None, rb: dict | None) -> list[dict]:
     return out
 
 
-def _rank(res: dict) -> list[int] | None:
-    ms = [(p["output_throughput"]["mean"], p["point"]) for p in res["points"]]
+def _rank(res: Analysis) -> list[int] | None:
+    ms = [(p.output_throughput.mean, p.point) for p in res.points]
     if any(m is None for m, _ in ms):
         return None
     return [p for _, p in sorted(ms, key=lambda x: (-x[0], x[1]))]
 
 
-def _side(res: dict, data, kind: str) -> dict:
-    r = res["run"]
-    return {"run_id": r["run_id"] or "(unknown)", "kind": kind, "spec_name": r["spec_name"] or res["spec"]["name"],
-            "spec_sha256": r["spec_sha256"], "status": r["status"],
-            "trials_present": res["completeness"]["trials_present"],
-            "trials_planned": res["completeness"]["trials_planned"],
-            "missing": res["completeness"]["missing"], "with_failures": res["completeness"]["with_failures"]}
+def _side(res: Analysis, kind: str) -> dict:
+    r, c = res.run, res.completeness
+    return {"run_id": r.run_id or "(unknown)", "kind": kind, "spec_name": r.spec_name or res.spec.name,
+            "spec_sha256": r.spec_sha256, "status": r.status,
+            "trials_present": c.trials_present, "trials_planned": c.trials_planned,
+            "missing": c.missing, "with_failures": c.with_failures}
+
+
+def _pick_comparison(c: dict) -> Comparison:
+    return Analysis.from_dict({"comparisons": [c]}).comparisons[0]
 
 
 def compare_runs(a: Path, b: Path) -> dict:
@@ -130,7 +134,7 @@ def compare_runs(a: Path, b: Path) -> dict:
     pa, ka = resolve_run_dir(Path(a))
     pb, kb = resolve_run_dir(Path(b))
     da, db = load_run(pa), load_run(pb)
-    ra, rb = compute_analysis(da), compute_analysis(db)
+    ra, rb = Analysis.from_dict(compute_analysis(da)), Analysis.from_dict(compute_analysis(db))
     sa = json.loads(da.spec.model_dump_json())
     sb = json.loads(db.spec.model_dump_json())
     for k in SPEC_EXCLUDED:
@@ -138,8 +142,8 @@ def compare_runs(a: Path, b: Path) -> dict:
         sb.pop(k, None)
     spec_diff = diff_dicts(sa, sb)
     caveats: list[str] = []
-    pts_a = {p["point"]: p for p in ra["points"]}
-    pts_b = {p["point"]: p for p in rb["points"]}
+    pts_a = {p.point: p for p in ra.points}
+    pts_b = {p.point: p for p in rb.points}
     common = sorted(set(pts_a) & set(pts_b))
     if set(pts_a) != set(pts_b):
         caveats.append(f"The runs sweep different points ({sorted(pts_a)} vs {sorted(pts_b)}); only the common points "
@@ -150,23 +154,23 @@ def compare_runs(a: Path, b: Path) -> dict:
     points = []
     for P in common:
         xa, xb = pts_a[P], pts_b[P]
-        ma, mb = xa["output_throughput"]["mean"], xb["output_throughput"]["mean"]
+        ta, tb = xa.output_throughput, xb.output_throughput
+        ma, mb = ta.mean, tb.mean
         shift = (mb - ma) / ma if (ma is not None and mb is not None and ma != 0) else None
-        flags = [f"a: {f}" for f in xa["flags"]] + [f"b: {f}" for f in xb["flags"]]
+        flags = [f"a: {f}" for f in xa.flags] + [f"b: {f}" for f in xb.flags]
         points.append({"point": P, "label": label(P), "a_mean": ma, "b_mean": mb, "shift": shift,
-                       "a_cv": xa["output_throughput"]["cv"], "b_cv": xb["output_throughput"]["cv"],
-                       "cv_kind_a": xa["output_throughput"]["std_kind"], "cv_kind_b": xb["output_throughput"]["std_kind"],
-                       "a_repeats": f"{xa['repeats_measured']}/{xa['repeats_planned']}",
-                       "b_repeats": f"{xb['repeats_measured']}/{xb['repeats_planned']}", "flags": flags})
-    oa, ob = ra["ordering"], rb["ordering"]
+                       "a_cv": ta.cv, "b_cv": tb.cv, "cv_kind_a": ta.std_kind, "cv_kind_b": tb.std_kind,
+                       "a_repeats": f"{xa.repeats_measured}/{xa.repeats_planned}",
+                       "b_repeats": f"{xb.repeats_measured}/{xb.repeats_planned}", "flags": flags})
+    oa, ob = ra.ordering, rb.ordering
     rank_a, rank_b = _rank(ra), _rank(rb)
     ordering = {
-        "a": oa["statement"], "b": ob["statement"],
-        "same": oa["statement"] is not None and oa["statement"] == ob["statement"],
-        "a_supported": oa["supported_statement"], "b_supported": ob["supported_statement"],
-        "same_supported": oa["supported_statement"] is not None and oa["supported_statement"] == ob["supported_statement"],
-        "a_held_in_repeats": f"{oa['held_in_repeats']}/{oa['repeats_planned']}",
-        "b_held_in_repeats": f"{ob['held_in_repeats']}/{ob['repeats_planned']}",
+        "a": oa.statement, "b": ob.statement,
+        "same": oa.statement is not None and oa.statement == ob.statement,
+        "a_supported": oa.supported_statement, "b_supported": ob.supported_statement,
+        "same_supported": oa.supported_statement is not None and oa.supported_statement == ob.supported_statement,
+        "a_held_in_repeats": f"{oa.held_in_repeats}/{oa.repeats_planned}",
+        "b_held_in_repeats": f"{ob.held_in_repeats}/{ob.repeats_planned}",
         "rank_a": rank_a, "rank_b": rank_b,
         "same_rank": rank_a is not None and rank_a == rank_b,
     }
@@ -175,22 +179,22 @@ def compare_runs(a: Path, b: Path) -> dict:
     comps = []
     names = []
     for res in (ra, rb):
-        for c in res["comparisons"]:
-            if (c["a"], c["b"]) not in names:
-                names.append((c["a"], c["b"]))
+        for c in res.comparisons:
+            if (c.a, c.b) not in names:
+                names.append((c.a, c.b))
     for A, B in names:
         row: dict[str, Any] = {"a": A, "b": B, "name": f"{label(A)} vs {label(B)}"}
         for side, res in (("run_a", ra), ("run_b", rb)):
-            c = next((x for x in res["comparisons"] if (x["a"], x["b"]) == (A, B)), None)
+            c = res.comparison(A, B)
             if c is None:  # named only by the other spec: computed the same way
                 try:
-                    c = paired_comparison(res, A, B)
+                    c = _pick_comparison(paired_comparison(res.raw, A, B))
                 except KeyError:
                     c = None
             row[side] = None if c is None else {
-                "mean_diff": c["mean_diff"], "wins_a": c["wins_a"], "wins_b": c["wins_b"], "pairs": c["pairs"],
-                "repeats_planned": c["repeats_planned"], "spread": c["spread"]["value"], "verdict": c["verdict"],
-                "verdict_kind": c["verdict_kind"]}
+                "mean_diff": c.mean_diff, "wins_a": c.wins_a, "wins_b": c.wins_b, "pairs": c.pairs,
+                "repeats_planned": c.repeats_planned, "spread": c.raw["spread"]["value"], "verdict": c.verdict,
+                "verdict_kind": c.verdict_kind}
         ka_, kb_ = (row["run_a"] or {}).get("verdict_kind"), (row["run_b"] or {}).get("verdict_kind")
         row["both_findings_agree"] = (ka_ == kb_ == "finding" and row["run_a"]["verdict"].split(" (")[0]
                                       == row["run_b"]["verdict"].split(" (")[0])
@@ -208,16 +212,16 @@ def compare_runs(a: Path, b: Path) -> dict:
              "a_ok": (pins_a.get(k) or {}).get("ok"), "b_ok": (pins_b.get(k) or {}).get("ok")}
             for k in sorted(set(pins_a) | set(pins_b))]
     for side, res in (("a", ra), ("b", rb)):
-        c = res["completeness"]
-        if c["missing"] or c["with_failures"]:
-            caveats.append(f"Run {side} ({res['run']['run_id']}): missing {c['missing'] or 'none'}, "
-                           f"failed requests in {c['with_failures'] or 'none'}.")
+        c = res.completeness
+        if c.missing or c.with_failures:
+            caveats.append(f"Run {side} ({res.run.run_id}): missing {c.missing or 'none'}, "
+                           f"failed requests in {c.with_failures or 'none'}.")
     return {
         "schema": "evidence.compare/1",
-        "a": _side(ra, da, ka), "b": _side(rb, db, kb),
+        "a": _side(ra, ka), "b": _side(rb, kb),
         "same_spec_except_name": not spec_diff,
         "spec_diff": spec_diff,
-        "engine_resolved_diff": _engine_diff(ra["setup"]["engine_resolved"], rb["setup"]["engine_resolved"]),
+        "engine_resolved_diff": _engine_diff(ra.raw["setup"]["engine_resolved"], rb.raw["setup"]["engine_resolved"]),
         "provenance_diff": prov_diff,
         "pins": pins,
         "points": points,

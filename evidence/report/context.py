@@ -27,12 +27,14 @@ from pathlib import Path
 from evidence.resources import TEMPLATES
 from evidence.analysis.analyze import METHODS, compute_analysis
 from evidence.analysis.load import RunData, load_run
+from evidence.analysis.model import Analysis
 from evidence.analysis.numbers import label
 from evidence.analysis.tables import CSV_DECIMALS, latency_stats
 from evidence.canon import write_atomic
 from evidence.figures import FIGURE_NAMES, figure_bytes, render_environment
 from evidence.metrics import METRIC_DOCS
 from evidence.report.format import fixed, join_flags, num, pct, provenance_rows, section, table, text, utc
+from evidence.report.layout import geometry_rows, latency_concurrency_table, verdict_lines
 
 TEMPLATE_NAMES = ("report.md.j2", "report.html.j2")
 FIGURE_TITLES = {
@@ -41,6 +43,12 @@ FIGURE_TITLES = {
     "latency_ecdf": "TTFT and TPOT distributions per point (ECDF, repeats pooled)",
     "telemetry": "Server-reported running and waiting requests over time, per trial",
 }
+
+
+# Figures the layout places by name (the headline, latency, trade-off, distributions, telemetry); any other
+# figure the figures stage renders (per-trial time series, ...) joins the "Within each trial" section.
+PLACED_FIGURES = ("throughput_vs_concurrency", "latency_vs_concurrency", "latency_vs_throughput", "latency_ecdf",
+                  "telemetry")
 
 
 class TemplateNotFound(FileNotFoundError):
@@ -69,27 +77,28 @@ def find_templates(templates_dir: Path | None = None) -> Path:
 
 
 def _summary(res: dict) -> list[str]:
+    a = Analysis.from_dict(res)
     out = []
-    c = res["completeness"]
-    status = c["run_status"] or "unknown"
-    out.append(f"Run status: {status}; {c['trials_present']} of {c['trials_planned']} planned trials recorded"
-               + (f" (missing: {', '.join(c['missing'])})" if c["missing"] else "")
-               + (f"; trials with failed requests: {', '.join(c['with_failures'])}" if c["with_failures"] else "") + ".")
-    pts = "; ".join(f"{p['label']} {num(p['output_throughput']['mean'])} tok/s (CV {pct(p['output_throughput']['cv'])}, "
-                    f"n={p['repeats_measured']}/{p['repeats_planned']})" for p in res["points"])
-    out.append(f"Mean output throughput ({res['spec']['cv']} CV): {pts}.")
-    o = res["ordering"]
-    if o["statement"]:
-        out.append(f"Ordering of means: {o['statement']}; it held in {o['held_in_repeats']} of {o['repeats_planned']} "
-                   f"repeats. Supported by the paired verdicts: {o['supported_statement']} ('~' = not a finding).")
-    for cmp in res["comparisons"]:
-        if not cmp["pairs"]:
-            out.append(f"{cmp['name']}: {cmp['verdict']}.")
+    c = a.completeness
+    status = c.run_status or "unknown"
+    out.append(f"Run status: {status}; {c.trials_present} of {c.trials_planned} planned trials recorded"
+               + (f" (missing: {', '.join(c.missing)})" if c.missing else "")
+               + (f"; trials with failed requests: {', '.join(c.with_failures)}" if c.with_failures else "") + ".")
+    pts = "; ".join(f"{p.label} {num(p.output_throughput.mean)} tok/s (CV {pct(p.output_throughput.cv)}, "
+                    f"n={p.repeats_measured}/{p.repeats_planned})" for p in a.points)
+    out.append(f"Mean output throughput ({a.spec.cv} CV): {pts}.")
+    o = a.ordering
+    if o.statement:
+        out.append(f"Ordering of means: {o.statement}; it held in {o.held_in_repeats} of {o.repeats_planned} "
+                   f"repeats. Supported by the paired verdicts: {o.supported_statement} ('~' = not a finding).")
+    for cmp in a.comparisons:
+        if not cmp.pairs:
+            out.append(f"{cmp.name}: {cmp.verdict}.")
             continue
-        out.append(f"{cmp['name']}: {cmp['verdict']}. Mean paired advantage of {label(cmp['a'])} "
-                   f"{pct(cmp['mean_diff'], signed=True)} over {cmp['pairs']} paired repeat(s); {label(cmp['a'])} won "
-                   f"{cmp['wins_a']}, {label(cmp['b'])} won {cmp['wins_b']}; run-to-run spread "
-                   f"{pct(cmp['spread']['value'])}.")
+        out.append(f"{cmp.name}: {cmp.verdict}. Mean paired advantage of {label(cmp.a)} "
+                   f"{pct(cmp.mean_diff, signed=True)} over {cmp.pairs} paired repeat(s); {label(cmp.a)} won "
+                   f"{cmp.wins_a}, {label(cmp.b)} won {cmp.wins_b}; run-to-run spread "
+                   f"{pct(cmp.raw['spread']['value'])}.")
     for d in res["dominance"]["pairs"]:
         out.append(f"{d['statement']} (on every reported latency metric and throughput, means over repeats; the same "
                    f"held in {d['held_in_repeats']} of {d['repeats_planned']} repeats).")
@@ -166,14 +175,15 @@ def _setup_tables(data: RunData, res: dict) -> list[dict]:
 
 
 def _points_table(res: dict) -> dict:
-    kind = res["spec"]["cv"]
+    a = Analysis.from_dict(res)
+    kind = a.spec.cv
     rows = []
-    for p in res["points"]:
-        tp = p["output_throughput"]
-        rows.append((p["label"], num(tp["mean"]), pct(tp["cv"]), num(tp["min"]), num(tp["max"]), pct(tp["rel_range"]),
-                     f"{p['repeats_measured']}/{p['repeats_planned']}", num(p["request_throughput"]["mean"], 3),
-                     num(p["failed"]), num(p["output_len_mismatches"]),
-                     join_flags(p["flags"] + [f"{k}: {v}" for k, v in sorted(p["absent"].items())])))
+    for p in a.points:
+        tp = p.output_throughput
+        rows.append((p.label, num(tp.mean), pct(tp.cv), num(tp.min), num(tp.max), pct(tp.rel_range),
+                     f"{p.repeats_measured}/{p.repeats_planned}", num(p.raw["request_throughput"]["mean"], 3),
+                     num(p.failed), num(p.output_len_mismatches),
+                     join_flags(p.flags + [f"{k}: {v}" for k, v in sorted(p.absent.items())])))
     return table(f"Output throughput per point over repeats (tok/s; CV = {kind} std / mean; range = (max - min) / mean)",
                  ["point", "mean tok/s", f"CV ({kind})", "min", "max", "range", "repeats", "req/s", "failed req.",
                   "len. mism.", "flags"], rows, "lrrrrrrrrrl")
@@ -346,10 +356,27 @@ def _dates(data: RunData) -> str:
 
 def build_context(run_dir: Path, data: RunData, res: dict, figs: dict[str, bytes], figures_rel: str = "../figures") -> dict:
     spec = data.spec
+    have = [n[: -len(".png")] for n in figs if n.endswith(".png")]
+    extra = [n for n in have if n not in PLACED_FIGURES]  # e.g. per-trial time series: shown without a change here
     sections = []
-    sections.append(section("summary", "Summary", bullets=_summary(res)))
-    sections.append(section("setup", "Setup", paragraphs=[spec.description.strip()] if spec.description.strip() else [],
-                            tables=_setup_tables(data, res)))
+    sections.append(section("latency", "Latency against concurrency", tables=[latency_concurrency_table(res)],
+                            figures=[n for n in ("latency_vs_concurrency",) if n in have]))
+    sections.append(section("timeseries", "Within each trial: throughput and requests over time",
+                            figures=extra + [n for n in ("telemetry",) if n in have], tables=[_telemetry_table(res)]))
+    sections.append(section("tradeoff", "Throughput against latency", tables=_dominance_tables(res),
+                            figures=[n for n in ("latency_vs_throughput",) if n in have]))
+    sections.append(section("distributions", "Latency distributions",
+                            tables=_side_by_side_tables(res) + [_latency_point_table(res)],
+                            figures=[n for n in ("latency_ecdf",) if n in have]))
+    sections.append(section("throughput", "Throughput per point", tables=[_points_table(res), _prompt_table(res)]))
+    sections.append(section("paired", "Paired comparisons", tables=_comparison_tables(res),
+                            paragraphs=[METHODS["verdict"] + "."] if res["comparisons"] else
+                            ["The spec names no comparison (analysis.comparisons); see the ordering above."]))
+    gp, gt = _goodput_tables(res)
+    sections.append(section("goodput", "SLO goodput", paragraphs=gp, tables=gt))
+    sections.append(section("trials", "Trials", tables=[_trials_table(res)]))
+    sections.extend(_profile_sections(run_dir))
+    sections.extend(_anchor_sections(run_dir))
     c = res["completeness"]
     comp_rows = [("trials planned", num(c["trials_planned"])), ("trials recorded", num(c["trials_present"])),
                  ("missing", ", ".join(c["missing"]) or "none"),
@@ -358,24 +385,12 @@ def build_context(run_dir: Path, data: RunData, res: dict, figs: dict[str, bytes
                  ("not in the plan (ignored)", ", ".join(c["unexpected_trials"]) or "none"),
                  ("plan.json matches the spec", "yes" if c["plan_matches_spec"] else "NO"),
                  ("run status (run.json)", c["run_status"] or "unknown")]
-    sections.append(section("completeness", "Completeness", tables=[table("Trials", ["item", "value"], comp_rows, "ll")],
-                            paragraphs=c["load_problems"]))
-    sections.append(section("throughput", "Throughput per point", tables=[_points_table(res), _prompt_table(res)],
-                            figures=["throughput_vs_concurrency"]))
-    sections.append(section("paired", "Paired comparisons", tables=_comparison_tables(res),
-                            paragraphs=[METHODS["verdict"] + "."] if res["comparisons"] else
-                            ["The spec names no comparison (analysis.comparisons); see the ordering below."]))
-    sections.append(section("latency", "Latency", tables=_side_by_side_tables(res) + [_latency_point_table(res)],
-                            figures=["latency_ecdf"]))
-    sections.append(section("dominance", "Dominance and ordering", tables=_dominance_tables(res),
-                            figures=["latency_vs_throughput"]))
-    sections.append(section("telemetry", "Engine telemetry", tables=[_telemetry_table(res)], figures=["telemetry"]))
-    gp, gt = _goodput_tables(res)
-    sections.append(section("goodput", "SLO goodput", paragraphs=gp, tables=gt))
-    sections.append(section("trials", "Trials", tables=[_trials_table(res)]))
-    sections.extend(_profile_sections(run_dir))
-    sections.extend(_anchor_sections(run_dir))
-    sections.append(section("caveats", "Caveats", bullets=res["caveats"] or ["None found in the data."]))
+    sections.append(section("completeness", "Appendix: completeness",
+                            tables=[table("Trials", ["item", "value"], comp_rows, "ll")], paragraphs=c["load_problems"],
+                            appendix=True))
+    sections.append(section("setup", "Appendix: setup, provenance, resolved settings and pins", appendix=True,
+                            paragraphs=[spec.description.strip()] if spec.description.strip() else [],
+                            tables=_setup_tables(data, res)))
     methods = [(k, v if isinstance(v, str) else json.dumps(v, sort_keys=True)) for k, v in sorted(METHODS.items())]
     methods += [(f"metric: {k}", v) for k, v in sorted(METRIC_DOCS.items())]
     env = render_environment()
@@ -384,22 +399,24 @@ def build_context(run_dir: Path, data: RunData, res: dict, figs: dict[str, bytes
              ("analysis files", ", ".join(res["files"])),
              ("figure render environment", ", ".join(f"{k} {env[k]}" for k in sorted(env))),
              ("CSV decimals", ", ".join(f"{k} {v}" for k, v in sorted(CSV_DECIMALS.items())))]
-    sections.append(section("methods", "Methods and reproducibility",
+    sections.append(section("methods", "Appendix: methods and reproducibility", appendix=True,
                             tables=[table("Methods", ["item", "definition"], methods, "ll"),
                                     table("Reproducibility", ["item", "value"], repro, "ll")],
                             paragraphs=["Every table and figure is regenerated from the raw run directory by "
                                         "`evidence report RUN` (analysis/, figures/, report/); the same raw files and "
                                         "render environment give the same bytes."]))
     figures = {}
-    for name in FIGURE_NAMES:
-        figures[name] = {"name": name, "title": FIGURE_TITLES[name],
+    for name in have:
+        figures[name] = {"name": name, "title": FIGURE_TITLES.get(name, name.replace("_", " ")),
                          "md_path": f"{figures_rel}/{name}.png",
                          "png_b64": base64.b64encode(figs[f"{name}.png"]).decode("ascii")}
     return {
         "title": spec.title, "name": spec.name, "run_id": res["run"]["run_id"] or "(unknown run id)",
         "status": c["run_status"] or "unknown", "dates": _dates(data),
+        "headline": {"figure": "throughput_vs_concurrency", "verdicts": verdict_lines(res),
+                     "caveats": res["caveats"] or ["None found in the data."]},
         "sections": sections, "figures": figures,
-        "caution": bool(c["missing"] or c["with_failures"] or c["zero_completed"] or c["run_status"] != "complete"),
+        "caution": Analysis.from_dict(res).caution,
     }
 
 

@@ -4,7 +4,8 @@ Procedure: a group-sequential design with Lan-DeMets alpha spending of the O'Bri
 type, two-sided and symmetric, over a declared maximum number of looks K (one look after each
 balanced block). Each side spends alpha/2 as
 
-    a(t) = 2 - 2 * Phi(z_{1 - alpha/4} / sqrt(t)),   t = k / K (information fraction),
+    a(t) = 2 - 2 * Phi(z_{1 - alpha/4} / sqrt(t)),   t = n_k / n_K (information fraction: the
+    planned pairs at look k over those at the last look; k / K for equal blocks),
 
 so little is spent early and nearly the whole alpha is left for the last look (the spending
 function of R's ldbounds / gsDesign `sfLDOF`; K = 5, alpha = 0.05 gives the z boundaries
@@ -47,7 +48,7 @@ GRID = 401  # points per look in the numerical integration; 401 agrees with 2001
 N_SIM = 400_000  # null sequences for the t calibration (MC error of the total alpha ~0.00035)
 MIN_CROSS = 50  # fewer simulated crossings than this at a look: use its nominal-level boundary
 CAL_SEED = 20261203
-MAX_CAL_PAIRS = 400  # beyond this many pairs the t law is the normal one: nominal boundaries
+MAX_CAL_PAIRS = 100  # beyond this many pairs at the last look: nominal boundaries (df large where alpha is spent)
 
 
 def rule_text(max_looks: int, alpha: float, m: int = 1) -> str:
@@ -66,20 +67,28 @@ def spending(t: float, alpha: float) -> float:
     return 2 * (2 - 2 * stats.norm.cdf(stats.norm.ppf(1 - alpha / 4) / math.sqrt(t)))
 
 
-@lru_cache(maxsize=64)
 def boundaries(max_looks: int, alpha: float) -> tuple[float, ...]:
     """z boundaries c_1..c_K for K equally spaced looks (|Z_k| >= c_k crosses)."""
     if not (isinstance(max_looks, int) and max_looks >= 1):
         raise ValueError(f"max_looks must be a whole number >= 1, not {max_looks!r}")
+    return z_boundaries(tuple((k + 1) / max_looks for k in range(max_looks)), alpha)
+
+
+@lru_cache(maxsize=64)
+def z_boundaries(fractions: tuple[float, ...], alpha: float) -> tuple[float, ...]:
+    """z boundaries at the looks' information fractions (increasing, the last 1)."""
     if not 0 < alpha < 1:
         raise ValueError(f"alpha must be between 0 and 1, not {alpha}")
-    t = np.arange(1, max_looks + 1) / max_looks
+    if not fractions or abs(fractions[-1] - 1) > 1e-12 or any(b <= a for a, b in zip(fractions, fractions[1:])) \
+            or fractions[0] <= 0:
+        raise ValueError(f"information fractions must increase from above 0 to 1, not {fractions}")
+    t = np.array(fractions, dtype=float)
     spent = np.array([spending(x, alpha) for x in t])
     inc = np.diff(np.concatenate([[0.0], spent]))
     out: list[float] = []
     grid = dens = None
     prev = 0.0
-    for k in range(max_looks):
+    for k in range(len(t)):
         sd = math.sqrt(t[k] - prev)
         if k == 0:
             def exit_p(c: float) -> float:
@@ -103,11 +112,6 @@ def boundaries(max_looks: int, alpha: float) -> tuple[float, ...]:
     return tuple(out)
 
 
-def _rel(x: float) -> float | None:
-    # exp(x) - 1, or None for an upper end too wide to be a number (a first look with 2 pairs)
-    return math.expm1(x) if x < 700 else None
-
-
 @lru_cache(maxsize=64)
 def t_boundaries(sizes: tuple[int, ...], alpha: float) -> tuple[tuple[float, ...], tuple[str, ...]]:
     """|t| boundaries for looks after sizes[k] pairs (k = 0..K-1), and how each was set.
@@ -118,7 +122,7 @@ def t_boundaries(sizes: tuple[int, ...], alpha: float) -> tuple[tuple[float, ...
         raise ValueError(f"pair counts at the looks must increase from >= 1, not {sizes}")
     K = len(sizes)
     frac = [n / sizes[-1] for n in sizes]
-    zc = _z_at(tuple(frac), alpha)
+    zc = z_boundaries(tuple(frac), alpha)
     nominal = [float(stats.t.isf(stats.norm.sf(c), n - 1)) if n >= 2 else math.inf for c, n in zip(zc, sizes)]
     if sizes[-1] > MAX_CAL_PAIRS:
         return tuple(nominal), tuple("nominal" for _ in sizes)
@@ -154,13 +158,6 @@ def t_boundaries(sizes: tuple[int, ...], alpha: float) -> tuple[tuple[float, ...
     return tuple(out), tuple(how)
 
 
-@lru_cache(maxsize=64)
-def _z_at(frac: tuple[float, ...], alpha: float) -> tuple[float, ...]:
-    if all(abs(f - (k + 1) / len(frac)) < 1e-12 for k, f in enumerate(frac)):
-        return boundaries(len(frac), alpha)
-    raise ValueError("looks must be equally spaced in pairs (balanced blocks of the same size)")
-
-
 def _rel(x: float) -> float | None:
     # exp(x) - 1, or None for an end too wide to be a number (an early look with few pairs)
     return math.expm1(x) if abs(x) < 700 else None
@@ -179,13 +176,16 @@ class Decision:
 
 
 def look(pairs_so_far: Sequence[tuple[float, float]], *, look_index: int, max_looks: int, alpha: float = 0.05,
-         comparisons: int = 1, higher_is_better: bool = True, block_pairs: int | None = None) -> Decision:
+         comparisons: int = 1, higher_is_better: bool = True, block_pairs: int = 1,
+         first_pairs: int | None = None) -> Decision:
     """One look (1-based `look_index` of `max_looks`) at the (a, b) pairs gathered so far.
 
-    `block_pairs`: pairs each balanced block adds (default: pairs so far / look_index; looks are
-    planned after block_pairs * k pairs). `comparisons`: the number of declared comparisons sharing
-    the family-wise alpha (each gets alpha / comparisons). A comparison that has crossed at an
-    earlier look is decided: do not look at it again, keep its Decision.
+    The planned looks: the first after `first_pairs` pairs, each later one `block_pairs` more
+    (default: one repeat of every point per block, so one pair per look, and the first look had
+    the rest: first_pairs = pairs so far - (look_index - 1) * block_pairs). The information
+    fraction of look k is its planned pair count over the last look's. `comparisons`: the number
+    of declared comparisons sharing the family-wise alpha (each gets alpha / comparisons). A
+    comparison that has crossed at an earlier look is decided: do not look at it again.
     """
     if not (isinstance(look_index, int) and isinstance(max_looks, int) and 1 <= look_index <= max_looks):
         raise ValueError(f"look_index must be 1..{max_looks}, not {look_index!r}")
@@ -195,18 +195,21 @@ def look(pairs_so_far: Sequence[tuple[float, float]], *, look_index: int, max_lo
     if any(not (math.isfinite(v) and v > 0) for p in pairs for v in p):
         raise ValueError("every value in a sequential look must be a finite positive number (the test is on ln(a/b))")
     n = len(pairs)
-    if block_pairs is None:
-        block_pairs = max(1, round(n / look_index))
+    if first_pairs is None:
+        first_pairs = max(1, n - (look_index - 1) * block_pairs)
+    if block_pairs < 1 or first_pairs < 1:
+        raise ValueError(f"block_pairs and first_pairs must be >= 1, not {block_pairs}, {first_pairs}")
     a_alpha = alpha / comparisons
     rule = rule_text(max_looks, alpha, comparisons)
-    sizes = tuple(block_pairs * k for k in range(1, max_looks + 1))
+    sizes = tuple(first_pairs + block_pairs * k for k in range(max_looks))
+    frac = sizes[look_index - 1] / sizes[-1]
     tb_all, how = t_boundaries(sizes, a_alpha)
     tb = tb_all[look_index - 1]
     final = look_index == max_looks
     rec: dict[str, Any] = {"look": look_index, "max_looks": max_looks, "n_pairs": n, "planned_pairs": sizes[look_index - 1],
-                           "information_fraction": look_index / max_looks, "alpha": a_alpha,
-                           "alpha_spent": spending(look_index / max_looks, a_alpha),
-                           "z_boundary": boundaries(max_looks, a_alpha)[look_index - 1],
+                           "information_fraction": frac, "alpha": a_alpha,
+                           "alpha_spent": spending(frac, a_alpha),
+                           "z_boundary": z_boundaries(tuple(x / sizes[-1] for x in sizes), a_alpha)[look_index - 1],
                            "t_boundary": tb if math.isfinite(tb) else None, "boundary_method": how[look_index - 1]}
     if n < 2:
         rec.update(t=None, p_value=None, effect=None, rci=None)
@@ -236,8 +239,8 @@ def look(pairs_so_far: Sequence[tuple[float, float]], *, look_index: int, max_lo
 
 def look_all(pairs: Mapping[str, Sequence[tuple[float, float]]], *, look_index: int, max_looks: int,
              alpha: float = 0.05, previous: Mapping[str, Decision] | None = None,
-             higher_is_better: Mapping[str, bool] | None = None,
-             block_pairs: int | None = None) -> tuple[bool, dict[str, Decision]]:
+             higher_is_better: Mapping[str, bool] | None = None, block_pairs: int = 1,
+             first_pairs: int | None = None) -> tuple[bool, dict[str, Decision]]:
     """Look at every declared comparison (name -> its pairs so far). Comparisons already decided in
     `previous` keep their decision. Returns (every comparison decided, name -> Decision)."""
     m = len(pairs)
@@ -249,5 +252,5 @@ def look_all(pairs: Mapping[str, Sequence[tuple[float, float]]], *, look_index: 
             continue
         hib = True if higher_is_better is None else higher_is_better.get(name, True)
         out[name] = look(ps, look_index=look_index, max_looks=max_looks, alpha=alpha, comparisons=m,
-                         higher_is_better=hib, block_pairs=block_pairs)
+                         higher_is_better=hib, block_pairs=block_pairs, first_pairs=first_pairs)
     return all(d.decided for d in out.values()), out

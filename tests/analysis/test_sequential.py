@@ -27,7 +27,7 @@ def _run(rng, mean, sd, *, max_looks, per_block, alpha=0.05):
     d = rng.normal(mean, sd, size=max_looks * per_block)
     pairs = [(1000.0 * math.exp(x), 1000.0) for x in d]
     for k in range(1, max_looks + 1):
-        dec = look(pairs[: k * per_block], look_index=k, max_looks=max_looks, alpha=alpha)
+        dec = look(pairs[: k * per_block], look_index=k, max_looks=max_looks, alpha=alpha, block_pairs=per_block)
         assert dec.look["n_pairs"] == k * per_block and "O'Brien-Fleming" in dec.rule
         if dec.decided:
             return k, dec.verdict
@@ -44,9 +44,9 @@ def _null_t(sizes, n_sim, seed):
         return np.abs(s1 / n) / np.sqrt((s2 - s1 * s1 / n) / (n - 1) / n)
 
 
-@pytest.mark.parametrize("max_looks,per_block", [(5, 2), (8, 1), (4, 3), (10, 2)])
-def test_false_finding_rate_under_the_null_stays_at_alpha(max_looks, per_block):
-    sizes = tuple(per_block * k for k in range(1, max_looks + 1))
+@pytest.mark.parametrize("sizes", [(2, 4, 6, 8, 10), tuple(range(1, 9)), (3, 6, 9, 12), tuple(range(2, 21, 2)),
+                                   tuple(range(3, 11))])  # the last: 3 planned repeats, then one per look
+def test_false_finding_rate_under_the_null_stays_at_alpha(sizes):
     tb, _ = t_boundaries(sizes, 0.05)
     n_sim = 100_000
     t = _null_t(sizes, n_sim, seed=777)  # fresh sequences, not the calibration's
@@ -61,6 +61,15 @@ def test_nominal_t_boundaries_alone_would_inflate_with_one_pair_per_look():
     nominal = [stats.t.isf(stats.norm.sf(c), n - 1) if n >= 2 else np.inf for c, n in zip(boundaries(8, 0.05), sizes)]
     t = _null_t(sizes, 100_000, seed=778)
     assert np.mean((t >= np.array(nominal)).any(axis=1)) > 0.055
+
+
+def test_default_schedule_is_a_first_look_then_one_pair_per_look():
+    # run --until-decided: the planned repeats, then one repeat (one pair) per look
+    pairs = [(1000 * math.exp(0.01 * (-1) ** i), 1000.0) for i in range(5)]
+    dec = look(pairs, look_index=3, max_looks=8)
+    assert dec.look["planned_pairs"] == 5 and dec.look["information_fraction"] == pytest.approx(5 / 10)
+    assert dec.look["boundary_method"] != "nominal (pair count off plan)"
+    assert dec.look["t_boundary"] == pytest.approx(t_boundaries(tuple(range(3, 11)), 0.05)[0][2])
 
 
 def test_look_end_to_end_on_null_sequences():
@@ -106,8 +115,9 @@ def test_look_records_every_number_and_refuses_bad_input():
 def test_look_all_splits_alpha_and_keeps_earlier_decisions():
     clear = [(1000 * math.exp(0.3 + 0.01 * i), 1000.0) for i in range(6)]
     null = [(1000 * math.exp(0.05 * (-1) ** i), 1000.0) for i in range(6)]
-    done, decs = look_all({"x": clear, "y": null}, look_index=3, max_looks=5)
+    done, decs = look_all({"x": clear, "y": null}, look_index=3, max_looks=5, block_pairs=2)
     assert not done and decs["x"].verdict == "finding" and decs["y"].verdict == "continue"
     assert decs["x"].look["alpha"] == pytest.approx(0.025)
-    done, decs2 = look_all({"x": clear[:2], "y": null}, look_index=5, max_looks=5, previous=decs)
+    done, decs2 = look_all({"x": clear[:2], "y": null + null[:4]}, look_index=5, max_looks=5, previous=decs,
+                           block_pairs=2)
     assert done and decs2["x"] is decs["x"] and decs2["y"].verdict == "not significant"

@@ -171,6 +171,16 @@ def test_payload_larger_than_payload_oxum(box):
     assert any("Payload-Oxum" in f.message for f in rep.by_id()["archive.members"].findings)
 
 
+def test_compressed_archive_is_refused_before_inflating(box):
+    import gzip
+
+    gz = box / "release.tar.gz"
+    gz.write_bytes(gzip.compress((box / f"{TAG}.tar").read_bytes()))
+    with pytest.raises(layout.ReleaseError) as e:  # a compressed stream has no sizes to check before inflating it
+        verify.verify(gz, regen=False)
+    assert e.value.code == 2 and "compressed" in str(e.value)
+
+
 def test_genuine_archive_under_a_small_file_size_limit_is_one_paragraph(box):
     p = _cli(["verify", "--no-regen", str(box / f"{TAG}.tar")], fsize=16 << 10)
     err = p.stderr.decode("utf-8")

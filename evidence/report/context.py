@@ -31,7 +31,7 @@ from evidence.analysis.model import Analysis
 from evidence.analysis.numbers import label
 from evidence.analysis.tables import CSV_DECIMALS, latency_stats
 from evidence.canon import write_atomic
-from evidence.figures import FIGURE_NAMES, figure_bytes, render_environment
+from evidence.figures import figure_bytes, render_environment
 from evidence.metrics import METRIC_DOCS
 from evidence.report.format import fixed, join_flags, num, pct, provenance_rows, section, table, text, utc
 from evidence.report.layout import geometry_rows, latency_concurrency_table, verdict_lines
@@ -149,12 +149,20 @@ def _setup_tables(data: RunData, res: dict) -> list[dict]:
                 rows.append((k, text(v.get("value")), req, src))
             else:
                 rows.append((k, text(v), "", "n/a"))
+        # A restart is compared on resolved VALUES; a source that quotes a longer log line changes nothing.
+        val = lambda v: v.get("value") if isinstance(v, dict) and "value" in v else v  # noqa: E731
         changes = res["setup"]["engine_resolved_changes"]
+        moved = [c for c in changes if val(c["first"]) != val(c["this"])]
+        same = sorted({c["name"] for c in changes if val(c["first"]) == val(c["this"])})
+        note = ("After an engine restart these settings resolved to different values: " + "; ".join(
+            f"{c['name']}: {text(val(c['first']))} -> {text(val(c['this']))} ({c['file']})" for c in moved) + ". "
+            if moved else "")
+        note += (f"After an engine restart {', '.join(same)} resolved to the same values; only the log line quoted "
+                 "as their source differs. " if same else "")
         out.append(table("What the engine resolved (engine/resolved.json): scheduler and memory settings, what the "
                          "spec asked for, and where each value was read", ["setting", "value", "requested", "source"],
-                         rows, "llll", ("After an engine restart some settings resolved differently: " + "; ".join(
-                             f"{c['name']}: {text(c['first'])} -> {text(c['this'])} ({c['file']})" for c in changes))
-                         if changes else ""))
+                         rows, "llll", note + "requested: what the spec asked for (empty: left to the engine); "
+                         "source: the server log line or engine default each value was read from."))
     pins = res["setup"]["pins"]
     if pins:
         out.append(table("Pins: requested by the spec vs effective in the environment",
@@ -186,7 +194,11 @@ def _points_table(res: dict) -> dict:
                      join_flags(p.flags + [f"{k}: {v}" for k, v in sorted(p.absent.items())])))
     return table(f"Output throughput per point over repeats (tok/s; CV = {kind} std / mean; range = (max - min) / mean)",
                  ["point", "mean tok/s", f"CV ({kind})", "min", "max", "range", "repeats", "req/s", "failed req.",
-                  "len. mism.", "flags"], rows, "lrrrrrrrrrl")
+                  "len. mism.", "flags"], rows, "lrrrrrrrrrl",
+                 "min / max: the slowest and fastest repeat. repeats: measured / planned. req/s: completed requests "
+                 "per second, mean over repeats. failed req.: requests that ended in an error, summed over repeats "
+                 "(a trial's throughput counts only completed ones). len. mism.: completed requests whose "
+                 "usage.completion_tokens differs from max_tokens (under ignore_eos it should not).")
 
 
 def _prompt_table(res: dict) -> dict:
@@ -197,7 +209,12 @@ def _prompt_table(res: dict) -> dict:
                      num(srv.get("min")), num(srv.get("max")), num(srv.get("mean")), num(p["chunk_usage_mismatches"])))
     return table("Prompt tokens: nominal (what the workload asked for) vs what the server reported (usage.prompt_tokens)",
                  ["point", "nominal", "sent (mean)", "server min", "server max", "server mean",
-                  "chunk != usage count"], rows)
+                  "chunk != usage count"], rows, None,
+                 "nominal: the workload's input_len; sent (mean): the prompt lengths the load generator built, by its "
+                 "tokenizer; server min/max/mean: usage.prompt_tokens as the server counted them (chat templates and "
+                 "tokenization add or merge tokens). chunk != usage count: completed requests whose number of "
+                 "streamed chunks differs from the server's usage.completion_tokens (a server may pack several "
+                 "tokens in one chunk; then ITL is per chunk, not per token).")
 
 
 def _comparison_tables(res: dict) -> list[dict]:
@@ -283,7 +300,10 @@ def _dominance_tables(res: dict) -> list[dict]:
     rows = [(f"{label(lk['lo'])} vs {label(lk['hi'])}", lk["symbol"] or "n/a", pct(lk["mean_diff_lo_vs_hi"], signed=True),
              pct(lk["spread"]), lk["verdict"]) for lk in o["links"]]
     t3 = table("Adjacent points: paired verdicts behind each ordering symbol",
-               ["pair", "symbol (means)", "mean paired difference", "spread", "verdict"], rows, "lcrrl")
+               ["pair", "symbol (means)", "mean paired difference", "spread", "verdict"], rows, "lcrrl",
+               "mean paired difference: (T_lo - T_hi) / T_hi averaged over repeats, where T is a trial's output "
+               "throughput and lo / hi the lower / higher concurrency; spread: the run-to-run range used by the "
+               "verdict (see Paired comparisons).")
     return [t1, t2, t3]
 
 
@@ -448,12 +468,16 @@ def _profile_sections(run_dir: Path) -> list[dict]:
             fixed(r.get("per_token_us"), 3)] for r in rows["families"]]
     tabs.append(table("Kernel families per output token (tokens counted inside the trace window via the clock bridge)",
                       ["point", "family", "kernels", "total ms", "share", "µs per output token"], fam, "llrrrr"))
-    geo = [[r["point"], r["rule"], r["grid"], r["replay"], r["count"], fixed(r["total_ms"], 3),
-            fixed(r.get("per_token_us"), 3), r.get("meaning") or ""] for r in rows["geometry"]]
+    geo, collapsed = geometry_rows(rows["geometry"])
     if geo:
         tabs.append(table("Launch geometry of attention kernels (graph-replayed and eager apart)",
                           ["point", "rule", "grid", "replay", "launches", "total ms", "µs per output token",
-                           "what the grid means"], geo, "lllrrrrl"))
+                           "what the grid means"], geo, "lllrrrrl",
+                          "replay: 'graph' = launched by a CUDA graph replay, 'eager' = launched one by one. "
+                          "µs per output token = total kernel time / output tokens counted inside the trace window."
+                          + (f" {collapsed} groups whose grid has no declared meaning are collapsed into one row "
+                             "per point and rule; every group is in analysis/profile.json and "
+                             "profile_geometry.csv." if collapsed else "")))
     absent = [f"C{r['point']} {r['file']}: {r['absent']}" for r in rows["summary"] if r.get("absent")]
     absent += [f"C{r['point']} {r['file']}: {r['absent_reasons']}" for r in rows["summary"]
                if not r.get("absent") and r.get("absent_reasons")]

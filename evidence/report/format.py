@@ -54,9 +54,10 @@ def table(caption: str, headers: Sequence[str], rows: Iterable[Sequence[Any]], a
 
 
 def section(sid: str, title: str, paragraphs: Sequence[str] = (), tables: Sequence[dict] = (),
-            figures: Sequence[str] = (), bullets: Sequence[str] = ()) -> dict:
+            figures: Sequence[str] = (), bullets: Sequence[str] = (), appendix: bool = False) -> dict:
+    """A report section; `appendix` ones are collapsed (<details>) in the HTML and come last."""
     return {"id": sid, "title": title, "paragraphs": list(paragraphs), "tables": list(tables),
-            "figures": list(figures), "bullets": list(bullets)}
+            "figures": list(figures), "bullets": list(bullets), "appendix": appendix}
 
 
 def brief(v: Any, limit: int = 260) -> str:

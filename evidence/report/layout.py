@@ -1,0 +1,144 @@
+"""The report's reading order: the headline (verdict lines), latency against concurrency, and the collapsing
+of rows nobody can read (kernel-geometry groups with no declared meaning).
+
+Pure functions of analysis.json's dict (and of the profile rows); every string is formatted here.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from evidence.analysis.numbers import label
+from evidence.metrics import METRICS, pct_key
+from evidence.report.format import num, pct, table
+
+HEADLINE_LINES = 5  # "the verdicts in about five lines"; the rest are in the Paired comparisons section
+UNINTERPRETED = "no declared meaning"
+
+
+def _stats(c: dict) -> dict:
+    """The stated procedure's numbers of one comparison (effect, ci95, p_value, mde...), where the analysis has them."""
+    st = c.get("stats")
+    if isinstance(st, dict):
+        return st
+    return {k: c[k] for k in ("effect", "ci95", "p_value", "p_adjusted", "mde", "n_pairs", "test") if k in c}
+
+
+def _p(x: Any) -> str:
+    if not isinstance(x, (int, float)):
+        return "n/a"
+    return "< 0.001" if x < 0.001 else f"{x:.3f}"
+
+
+def comparison_line(c: dict) -> str:
+    """One comparison in one sentence: verdict first, then the effect with its interval, p and MDE (or the wins)."""
+    A, B = label(c["a"]), label(c["b"])
+    st = _stats(c)
+    name = c.get("name") or f"{A} vs {B}"
+    verdict = st.get("verdict") if isinstance(st.get("verdict"), str) else c.get("verdict", "")
+    n = st.get("n_pairs", c.get("pairs", 0))
+    if not n:
+        return f"{name}: {verdict or 'no paired repeats'}."
+    wins = f"{A} won {c.get('wins_a', st.get('wins_a', 0))} of {n} paired repeat(s)"
+    effect = st.get("effect", c.get("mean_diff"))
+    ci = st.get("ci95")
+    if isinstance(ci, (list, tuple)) and len(ci) == 2 and None not in ci:
+        p = st.get("p_adjusted", st.get("p_value"))
+        ptxt = ("p (Holm) " if "p_adjusted" in st and st.get("p_adjusted") != st.get("p_value") else "p ") + "= " + _p(p)
+        mde = f"; smallest detectable {pct(st['mde'], d=1)}" if isinstance(st.get("mde"), (int, float)) else ""
+        return (f"{name}: {verdict}. {A} vs {B} {pct(effect, signed=True, d=1)} (95% CI {pct(ci[0], signed=True, d=1)} "
+                f"to {pct(ci[1], signed=True, d=1)}; {ptxt}{mde}); {wins}.")
+    spread = (c.get("spread") or {}).get("value")
+    return (f"{name}: {verdict}. Mean paired advantage of {A} {pct(effect, signed=True, d=1)}; {wins}"
+            + (f"; run-to-run spread {pct(spread, d=1)}" if isinstance(spread, (int, float)) else "") + ".")
+
+
+def verdict_lines(res: dict, limit: int = HEADLINE_LINES) -> list[str]:
+    """The headline: throughput per point, each declared comparison, the ordering, dominance (about `limit` lines)."""
+    out = []
+    c = res["completeness"]
+    if c.get("run_status") != "complete" or c.get("missing") or c.get("with_failures"):
+        out.append(f"Run {c.get('run_status') or 'status unknown'}: {c['trials_present']} of {c['trials_planned']} "
+                   "planned trials recorded" + (f", failed requests in {', '.join(c['with_failures'])}"
+                                                if c.get("with_failures") else "") + ".")
+    pts = "; ".join(f"{p['label']} {num(p['output_throughput']['mean'], 0)} (CV {pct(p['output_throughput']['cv'], d=1)}, "
+                    f"n={p['repeats_measured']})" for p in res["points"])
+    out.append(f"Mean output throughput, tok/s: {pts}.")
+    comps = [comparison_line(x) for x in res["comparisons"]]
+    o = res["ordering"]
+    tail = []
+    if o.get("statement"):
+        tail.append(f"Ordering of means {o['statement']} (held in {o['held_in_repeats']} of {o['repeats_planned']} "
+                    f"repeats); where the paired verdict is not a finding it reads {o['supported_statement']}.")
+    dom = res["dominance"]["pairs"]
+    if dom:
+        tail.append("; ".join(f"{d['statement']} ({d['held_in_repeats']} of {d['repeats_planned']} repeats)" for d in dom)
+                    + " on throughput and every reported latency.")
+    room = max(1, limit - len(out) - len(tail))
+    if len(comps) > room:
+        more = len(comps) - (room - 1)
+        comps = comps[: room - 1] + [f"{more} more comparison(s): see Paired comparisons."]
+    if not comps:
+        comps = ["The spec declares no comparison (analysis.comparisons)."]
+    return out + comps + tail
+
+
+def latency_concurrency_table(res: dict) -> dict:
+    """p50 and p99 (or the spec's lowest and highest percentile) of each latency metric, per point."""
+    pcts = list(res["spec"]["percentiles"])
+    keys = [pct_key(p) for p in ([50.0, 99.0] if 50 in pcts and 99 in pcts else sorted({min(pcts), max(pcts)}))]
+    metrics = list(res["spec"]["latency_metrics"])
+    by_point: dict[int, list[dict]] = {}
+    for t in res["trials"]:
+        if t.get("status") == "present" and t.get("latency"):
+            by_point.setdefault(t["point"], []).append(t)
+    rows = []
+    for p in res["points"]:
+        row = [p["label"], num(p["repeats_measured"])]
+        for m in metrics:
+            mean = (p["latency"].get(m) or {}).get("mean_over_repeats") or {}
+            for k in keys:
+                vals = [t["latency"][m][k] for t in by_point.get(p["point"], [])
+                        if isinstance((t["latency"].get(m) or {}).get(k), (int, float))]
+                rng = f" ({num(min(vals), 1)}-{num(max(vals), 1)})" if len(vals) > 1 else ""
+                row.append(num(mean.get(k), 1) + rng if mean.get(k) is not None else "n/a")
+        rows.append(row)
+    headers = ["point", "repeats"] + [f"{m.upper()} {k} ({METRICS[m].unit if m in METRICS else 'ms'})"
+                                      for m in metrics for k in keys]
+    return table("Latency against concurrency: each trial's percentile, mean over repeats (lowest-highest trial)",
+                 headers, rows, "lr" + "r" * (len(headers) - 2),
+                 "Each cell is the mean over repeats of the per-trial percentile; in parentheses the lowest and the "
+                 "highest trial, the run-to-run range (not a confidence interval). TTFT = time to first token; TPOT = "
+                 "time per output token after the first; ITL = gap between streamed chunks; E2EL = whole request. "
+                 "All repeats pooled, and every other statistic, are in the latency distribution tables below.")
+
+
+def geometry_rows(rows: list[dict]) -> tuple[list[list], int]:
+    """Geometry groups for the report: interpreted ones as they are; the uninterpreted groups of each
+    (point, rule) as one row, since a grid with no declared meaning says nothing per row. Returns the rows and
+    the number of groups collapsed (all of them stay in profile.json and profile_geometry.csv)."""
+    shown: list[list] = []
+    opaque: dict[tuple, list[dict]] = {}
+    for r in rows:
+        if str(r.get("meaning") or "").startswith(UNINTERPRETED) or not r.get("meaning"):
+            opaque.setdefault((r["point"], r["rule"]), []).append(r)
+            continue
+        shown.append([r["point"], r["rule"], r["grid"], r["replay"], r["count"], _fixed(r.get("total_ms"), 3),
+                      _fixed(r.get("per_token_us"), 3), r.get("meaning") or ""])
+    collapsed = 0
+    for (point, rule), grp in opaque.items():
+        collapsed += len(grp)
+        tok = [g.get("per_token_us") for g in grp]
+        shown.append([point, rule, f"{len(grp)} grids", ", ".join(sorted({str(g['replay']) for g in grp})),
+                      sum(g["count"] for g in grp), _fixed(sum(g["total_ms"] for g in grp), 3),
+                      _fixed(sum(tok), 3) if None not in tok else "n/a",
+                      f"{len(grp)} launch-grid groups with no declared meaning, collapsed into this row "
+                      "(each is in analysis/profile.json and profile_geometry.csv)"])
+    return shown, collapsed
+
+
+def _fixed(x: Any, d: int) -> str:
+    return "n/a" if x is None else f"{x:,.{d}f}"
+
+
+__all__ = ["comparison_line", "verdict_lines", "latency_concurrency_table", "geometry_rows"]

@@ -18,7 +18,7 @@ from rich.table import Table
 
 from evidence.canon import dumps
 from evidence.release.freeze import freeze as do_freeze
-from evidence.release.layout import ReleaseError
+from evidence.release.layout import ReleaseError, printable
 from evidence.release.verify import CHECK_IDS, VerifyReport, verify as do_verify
 
 FREEZE_HELP = """Freeze complete runs into a tagged, checksummed, BagIt-compatible release.
@@ -29,11 +29,15 @@ deterministic releases/<TAG>.tar and its sha256 (releases/<TAG>.tar.sha256), com
 three paths (and nothing else) and creates the annotated git tag TAG on that commit; the tag
 message carries the sha256 of both manifests and of the tar.
 
-At least one RUN is required: there is no default, the release holds exactly the runs you name.
+The release holds exactly the runs you name. With no RUN, the tag names the spec (the tag without
+its version: article1-v1.0 -> spec article1) and its one complete run under runs/ is frozen; when
+there is none or more than one, the candidates are listed with their status and freeze refuses.
 Analysis, figures and report are regenerated from the raw files, never copied. Refuses (exit 2)
-a dirty git tree (untracked files count), an existing tag or release, a run that is not
-complete (status, planned trials), and any unredacted token, key or password in the payload.
-Dates come from SOURCE_DATE_EPOCH, or the commit time of HEAD; never from the clock."""
+a dirty git tree (untracked files count), what a killed freeze left in releases/, an existing tag
+or release, a run that is not complete (status, planned trials), and any unredacted token, key or
+password in the payload. SIGTERM or SIGHUP stop it with nothing left behind (exit 128 + signal).
+Dates come from SOURCE_DATE_EPOCH, or the commit time of HEAD; never from the clock. Ends with
+the command that publishes the release (git push <remote> <branch> <tag>)."""
 
 VERIFY_HELP = f"""Verify a release folder (releases/<tag>) or its .tar, and say exactly what is wrong.
 
@@ -63,39 +67,53 @@ def _short(v: Any, n: int = 100) -> str:
     return s if len(s) <= n else s[: n - 3] + "..."
 
 
-def _progress(console: Console) -> tuple[Any, Any]:
-    """A rich progress bar on stderr for hashing; (callback, context manager)."""
-    from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TransferSpeedColumn
+class _Bars:
+    """One rich progress bar per phase (checksums, archive, each run's regeneration), on stderr."""
 
-    bar = Progress(TextColumn("hashing"), BarColumn(), DownloadColumn(), TransferSpeedColumn(),
-                   console=console, transient=True)
-    state: dict[str, Any] = {}
+    def __init__(self, console: Console):
+        from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn, TimeElapsedColumn
 
-    def cb(n: int, total: int) -> None:
-        if "task" not in state:
-            state["task"] = bar.add_task("hash", total=total)
-        bar.advance(state["task"], n)
+        self.bar = Progress(TextColumn("{task.description}"), BarColumn(), TaskProgressColumn(), TimeElapsedColumn(),
+                            console=console, transient=True)
+        self.tasks: dict[str, Any] = {}
 
-    return cb, bar
+    def start(self, key: str, title: str, total: float | None = None) -> None:
+        self.tasks[key] = self.bar.add_task(escape(printable(title)), total=total)
+
+    def advance(self, key: str, n: float = 1, title: str | None = None) -> None:
+        if key in self.tasks:
+            self.bar.update(self.tasks[key], advance=n, **({"description": escape(printable(title))} if title else {}))
+
+    def finish(self, key: str, title: str | None = None) -> None:
+        if key in self.tasks:
+            t = self.tasks[key]
+            total = self.bar.tasks[[x.id for x in self.bar.tasks].index(t)].total
+            self.bar.update(t, total=total if total is not None else 1, completed=total if total is not None else 1,
+                            **({"description": escape(printable(title))} if title else {}))
 
 
 def print_report(rep: VerifyReport, console: Console) -> None:
-    t = Table(title=f"verify {rep.path}" + (f" (tag {rep.tag})" if rep.tag else ""))
+    # every string here may quote a hostile name: printable() escapes undecodable bytes and control characters
+    t = Table(title=printable(f"verify {rep.path}" + (f" (tag {rep.tag})" if rep.tag else "")))
     t.add_column("check")
     t.add_column("status")
     t.add_column("result")
     for c in rep.checks:
-        t.add_row(c.id, f"[{_STYLE[c.status]}]{c.status}[/]", escape(c.message))
+        t.add_row(c.id, f"[{_STYLE[c.status]}]{c.status}[/]", escape(printable(c.message)))
     console.print(t)
     if rep.failed:
         console.print("[bold red]failures[/] (check, path: expected / found):")
         for c in rep.failed:
-            console.print(f"  [bold]{c.id}[/]: {escape(c.message)}")
+            console.print(f"  [bold]{c.id}[/]: {escape(printable(c.message))}")
             for f in c.findings[:50]:
-                console.print(f"    {escape(f.path)}: expected {escape(_short(f.expected))} / found {escape(_short(f.found))}"
-                              + (f"  ({escape(f.message)})" if f.message else ""), soft_wrap=True)
+                console.print(f"    {escape(printable(f.path))}: expected {escape(printable(_short(f.expected)))} / found "
+                              f"{escape(printable(_short(f.found)))}"
+                              + (f"  ({escape(printable(f.message))})" if f.message else ""), soft_wrap=True)
             if len(c.findings) > 50:
                 console.print(f"    ... and {len(c.findings) - 50} more (--json lists all)")
+    if rep.regen_env is not None:
+        console.print(f"regenerated with: {escape(printable(rep.regen_env['describe']))}"
+                      + (f" [bold red](could not: {escape(printable(rep.regen_env['error']))})[/]" if rep.regen_env.get("error") else ""))
     counts = {s: sum(1 for c in rep.checks if c.status == s) for s in ("pass", "fail", "skip")}
     if rep.ok:
         console.print(f"[bold green]VALID[/]: {counts['pass']} checks passed, {counts['skip']} skipped, none failed.")
@@ -110,16 +128,13 @@ def register(app: typer.Typer) -> None:
     @app.command("freeze", help=_reflow(FREEZE_HELP))
     def freeze(
         runs: Optional[List[Path]] = typer.Argument(None, metavar="RUN...",
-                                                    help="Run directories (runs/<run-id>) to release; at least one is required."),
+                                                    help="Run directories (runs/<run-id>) to release (default: the one complete run of the spec the tag names)."),
         tag: str = typer.Option(..., "--tag", help="Release name: the git tag and the folder name (letters, digits, . _ -)."),
         releases_dir: Optional[Path] = typer.Option(None, "--releases-dir", help="Where releases go (default: releases/ at the repository root)."),
         repo: Optional[Path] = typer.Option(None, "--repo", help="The git repository (default: the one holding the current folder)."),
         allow: List[str] = typer.Option([], "--allow", help="Publish anyway despite: 'incomplete' (recorded in release.json)."),
         as_json: bool = typer.Option(False, "--json", help="Print the result as JSON."),
     ) -> None:
-        if not runs:
-            fail("give at least one RUN directory to freeze (e.g. `evidence freeze --tag v1 runs/<run-id>`); "
-                 "there is no default, a release holds exactly the runs you name.")
         import git
 
         try:
@@ -128,7 +143,7 @@ def register(app: typer.Typer) -> None:
             fail(f"{Path.cwd()} is not inside a git repository; run freeze from the project (or pass --repo).")
         rdir = Path(releases_dir).resolve() if releases_dir else Path("releases")
         try:
-            res = do_freeze(tag, [Path(r) for r in runs], root, releases_dir=rdir, allow=allow,
+            res = do_freeze(tag, [Path(r) for r in runs or []], root, releases_dir=rdir, allow=allow,
                             say=lambda s: err.print(s, markup=False) if not as_json else None)
         except ReleaseError as e:
             fail(str(e), e.code)
@@ -141,6 +156,7 @@ def register(app: typer.Typer) -> None:
                      ("commit", res.commit), ("tag", f"{res.tag} (annotated, object {res.tag_object})")):
             out.print(f"  {k:19} {v}", markup=False)
         out.print(f"check it with: evidence verify {res.release_dir}", markup=False)
+        out.print(f"publish it with: {res.publish}", markup=False)
 
     @app.command("verify", help=_reflow(VERIFY_HELP))
     def verify(
@@ -148,17 +164,19 @@ def register(app: typer.Typer) -> None:
         as_json: bool = typer.Option(False, "--json", help="Print every check as JSON (machine-readable)."),
         no_regen: bool = typer.Option(False, "--no-regen", help="Skip regenerating analysis, figures and report (reported as skipped)."),
         repo: Optional[Path] = typer.Option(None, "--repo", help="Check the git tag in this repository (default: the one holding PATH, if any)."),
+        regen_env: str = typer.Option("auto", "--regen-env", help="Regenerate with the release's own code ('auto': its "
+                                      "wheel, or the commit that froze it) or with this code ('current')."),
     ) -> None:
-        cb, bar = (None, None) if as_json or not err.is_terminal else _progress(err)
+        bars = None if as_json or not err.is_terminal else _Bars(err)
         try:
-            if bar is not None:
-                with bar:
-                    rep = do_verify(path, repo=repo, regen=not no_regen, progress=cb)
+            if bars is not None:
+                with bars.bar:
+                    rep = do_verify(path, repo=repo, regen=not no_regen, regen_env=regen_env, phases=bars)
             else:
-                rep = do_verify(path, repo=repo, regen=not no_regen)
+                rep = do_verify(path, repo=repo, regen=not no_regen, regen_env=regen_env)
         except ReleaseError as e:
             if as_json:
-                sys.stdout.write(dumps({"path": str(path), "ok": False, "exit_code": e.code, "error": str(e)}))
+                sys.stdout.write(dumps({"path": printable(str(path)), "ok": False, "exit_code": e.code, "error": str(e)}))
                 raise typer.Exit(e.code)
             fail(str(e), e.code)
         if as_json:

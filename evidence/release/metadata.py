@@ -12,6 +12,7 @@ from evidence.release.layout import (BAG_INFO, BAGIT_DECLARATION, BAGIT_TXT, DER
                                      REGEN_FUNCTIONS, RELEASE_JSON, TAG_FILES, TAGMANIFEST, ReleaseError, path_key,
                                      payload_path, role_of, sha256_bytes)
 from evidence.release.manifest import render_manifest
+from evidence.release.regenerator import tag_area_files
 
 
 def iso_utc(epoch: int) -> str:
@@ -94,6 +95,6 @@ def seal(release_dir: Path, meta: dict, *, workers: int | None = None, progress:
     write_atomic(release_dir / BAGIT_TXT, BAGIT_DECLARATION)
     write_atomic(release_dir / BAG_INFO, render_bag_info(meta))
     write_atomic(release_dir / MANIFEST, render_manifest({p: d.sha256 for p, d in digests.items()}))
-    tags = {n: sha256_bytes((release_dir / n).read_bytes()) for n in TAG_FILES}
+    tags = {n: sha256_bytes((release_dir / n).read_bytes()) for n in (*TAG_FILES, *tag_area_files(release_dir))}
     write_atomic(release_dir / TAGMANIFEST, render_manifest(tags))
     return meta

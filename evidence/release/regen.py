@@ -1,16 +1,26 @@
-"""Regeneration of a run's derived outputs from its raw files, the same way for freeze and verify."""
+"""Regeneration of a run's derived outputs from its raw files, the same way for freeze and verify.
+
+`regenerate` is the in-process pass (freeze uses it; it is also what a release's own regenerator
+runs). `run_regeneration` runs several runs in parallel, each in a subprocess under a chosen
+environment (evidence.release.regenerator: the release's wheel, the commit that froze it, or this
+code), and reports one progress bar per run."""
 
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import shutil
+import subprocess
 import sys
+import tempfile
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Iterable, Iterator
+from typing import Any, Callable, Iterable, Iterator
 
 from evidence.release.files import inventory
 from evidence.release.layout import DERIVED_ROLES, ReleaseError
+from evidence.release.progress import NoPhases, Phases
 
 
 @contextlib.contextmanager
@@ -48,38 +58,156 @@ def copy_tree_files(src: Path, dst: Path, *, skip_top: Iterable[str] = ()) -> li
     return copied
 
 
-def regenerate(raw_dir: Path, work: Path, *, sde: int | None = None) -> dict[str, Path | Exception]:
+def regenerate(raw_dir: Path, work: Path, *, sde: int | None = None,
+               step: Callable[[str], None] | None = None) -> dict[str, Path | Exception]:
     """Rebuild the derived outputs of one run from its raw files, the same way for freeze and verify:
-    copy raw to work/<run-id>/, then analysis -> figures -> report, each into work/<run-id>/<role>/.
-    Returns role -> output folder, or the exception that role raised."""
+    copy raw to work/<run-id>/, then one analysis -> figures -> report pass (evidence.derive), each part
+    into work/<run-id>/<role>/. Returns role -> output folder, or the exception that stopped it.
+
+    This is the regenerator's entry point (ENTRY): a release records it, and verify calls the
+    release's own copy of it in a subprocess (see run_regeneration)."""
+    from evidence.derive import derive_run
+
     run_id = Path(raw_dir).name
     ws = Path(work) / run_id
     copy_tree_files(Path(raw_dir), ws, skip_top=DERIVED_ROLES)
-    out: dict[str, Path | Exception] = {}
-
-    def analysis() -> None:
-        from evidence.analysis.core import analyze_run
-        analyze_run(ws, ws / "analysis")
-
-    def figures() -> None:
-        from evidence.figures import render_figures
-        render_figures(ws, ws / "figures")
-
-    def report() -> None:
-        from evidence.report.context import render_report
-        # in a release the report sits in data/report/<run-id>/, its figures in data/figures/<run-id>/
-        render_report(ws, ws / "report", figures_rel=f"../../figures/{run_id}")
-
-    steps = [("analysis", analysis), ("figures", figures), ("report", report)]
+    for role in DERIVED_ROLES:
+        (ws / role).mkdir(parents=True, exist_ok=True)
     with _source_date_epoch(sde):
-        for role, fn in steps:
+        try:
+            # in a release the report sits in data/report/<run-id>/, its figures in data/figures/<run-id>/
+            derive_run(ws, ws, figures_rel=f"../../figures/{run_id}", step=step)
+        except Exception as e:  # reported per role by the caller
+            return {role: e for role in DERIVED_ROLES}
+    return {role: ws / role for role in DERIVED_ROLES}
+
+
+ENTRY = "evidence.release.regen:regenerate"
+
+# Run in a subprocess, under the regenerating environment's interpreter and code (never this process's
+# code): argv = raw_dir work sde entry. Prints JSON lines: {"step": ...} as it goes, then {"done": {role: error or null}}.
+DRIVER_ENTRY = r"""
+import importlib, json, sys
+from pathlib import Path
+raw, work, sde, entry = sys.argv[1:5]
+mod, name = entry.split(":")
+fn = getattr(importlib.import_module(mod), name)
+say = lambda s: print(json.dumps({"step": s}), flush=True)
+outs = fn(Path(raw), Path(work), sde=int(sde) if sde else None, step=say)
+print(json.dumps({"done": {r: None if isinstance(v, Path) else f"{type(v).__name__}: {v}" for r, v in outs.items()}}), flush=True)
+"""
+
+# For releases frozen before they carried their regenerator: the flat package of that time
+# (evidence.analysis, evidence.figures, evidence.report), called in one pass the way evidence.derive
+# does. argv = ws work sde run_id (ws: the raw files already copied to work/<run-id>).
+DRIVER_LEGACY = r"""
+import json, os, sys
+from pathlib import Path
+ws, work, sde, run_id = sys.argv[1:5]
+ws = Path(ws)
+if sde:
+    os.environ["SOURCE_DATE_EPOCH"] = sde
+say = lambda s: print(json.dumps({"step": s}), flush=True)
+roles = ("analysis", "figures", "report")
+err = {}
+for r in roles:
+    (ws / r).mkdir(parents=True, exist_ok=True)
+try:
+    from evidence.analysis import compute_analysis, load_run, write_analysis, write_extras
+    from evidence.figures import figure_bytes, render_figures
+    from evidence.report import render_report
+    say("reading raw records")
+    data = load_run(ws)
+    say("computing the analysis")
+    res = compute_analysis(data)
+except Exception as e:
+    err = {r: f"{type(e).__name__}: {e}" for r in roles}
+if not err:
+    say("writing the analysis")
+    try:
+        write_analysis(res, ws / "analysis")
+        write_extras(ws, ws / "analysis")
+    except Exception as e:
+        err["analysis"] = f"{type(e).__name__}: {e}"
+    say("rendering figures")
+    try:
+        figs = figure_bytes(data, res)
+        render_figures(ws, ws / "figures", data=data, analysis=res, rendered=figs)
+    except Exception as e:
+        err["figures"] = err["report"] = f"{type(e).__name__}: {e}"
+    if "report" not in err:
+        say("writing the report")
+        try:
+            render_report(ws, ws / "report", data=data, analysis=res, figures=figs, figures_rel=f"../../figures/{run_id}")
+        except Exception as e:
+            err["report"] = f"{type(e).__name__}: {e}"
+print(json.dumps({"done": {r: err.get(r) for r in roles}}), flush=True)
+"""
+N_STEPS = 5  # the steps each driver announces (evidence.derive.STEPS)
+
+
+class RegenerationFailed(Exception):
+    """A role could not be regenerated (the message is what the regenerating process said)."""
+
+
+def _run_one(rid: str, raw: Path, work: Path, sde: int | None, env: Any, phases: Phases) -> dict[str, Path | Exception]:
+    key = f"regen:{rid}"
+    phases.start(key, f"regenerating {rid}", N_STEPS)
+    ws = work / rid
+    try:
+        if env.driver == "legacy":
+            copy_tree_files(raw, ws, skip_top=DERIVED_ROLES)
+            argv = [DRIVER_LEGACY, str(ws), str(work), str(sde or ""), rid]
+        else:
+            argv = [DRIVER_ENTRY, str(raw), str(work), str(sde or ""), env.entry]
+    except (OSError, ReleaseError) as e:
+        phases.finish(key, f"{rid}: could not start")
+        return {r: e for r in DERIVED_ROLES}
+    environ = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME", "PYTHONSTARTUP")}
+    if env.pythonpath:
+        environ["PYTHONPATH"] = env.pythonpath
+    if sde is not None:
+        environ["SOURCE_DATE_EPOCH"] = str(int(sde))
+    environ["MPLBACKEND"] = "agg"
+    done: dict[str, str | None] | None = None
+    with tempfile.TemporaryFile(mode="w+", encoding="utf-8", errors="replace") as errf:
+        # -P: never import from the working directory; the code comes from PYTHONPATH (or the interpreter's own site)
+        proc = subprocess.Popen([env.python, "-P", "-c", *argv], stdout=subprocess.PIPE, stderr=errf, text=True,
+                                env=environ, cwd=work)
+        assert proc.stdout is not None
+        for line in proc.stdout:
             try:
-                (ws / role).mkdir(parents=True, exist_ok=True)
-                fn()
-                out[role] = ws / role
-            except Exception as e:  # reported per role by the caller
-                out[role] = e
-    return out
+                msg = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(msg, dict) and "step" in msg:
+                phases.advance(key, 1, f"{rid}: {msg['step']}")
+            elif isinstance(msg, dict) and isinstance(msg.get("done"), dict):
+                done = msg["done"]
+        rc = proc.wait()
+        errf.seek(0)
+        tail = errf.read()[-1500:].strip()
+    phases.finish(key, f"{rid}: regenerated" if done and not any(done.values()) else f"{rid}: failed")
+    if done is None:
+        why = RegenerationFailed(f"the regenerating process ({env.describe}) exited with status {rc} before finishing"
+                                 + (f": {tail.splitlines()[-1]}" if tail else ""))
+        return {r: why for r in DERIVED_ROLES}
+    return {r: (ws / r) if done.get(r) is None else RegenerationFailed(str(done[r])) for r in DERIVED_ROLES}
+
+
+def run_regeneration(jobs: dict[str, Path], work: Path, *, sde: int | None, env: Any, phases: Phases | None = None,
+                     workers: int | None = None) -> dict[str, dict[str, Path | Exception]]:
+    """Regenerate several runs in parallel, each in its own process under `env` (a regenerator.RegenEnv:
+    the interpreter, the code on its path, the driver). run id -> role -> output folder or exception."""
+    phases = phases or NoPhases()
+    work = Path(work)
+    work.mkdir(parents=True, exist_ok=True)
+    if not jobs:
+        return {}
+    n = max(1, min(len(jobs), workers or os.cpu_count() or 1))
+    with ThreadPoolExecutor(max_workers=n) as pool:
+        futs = {rid: pool.submit(_run_one, rid, Path(raw), work, sde, env, phases) for rid, raw in jobs.items()}
+        return {rid: f.result() for rid, f in futs.items()}
 
 
 def current_render_environment() -> dict:

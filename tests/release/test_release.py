@@ -148,7 +148,10 @@ def test_release_content(frozen):
     lines = (rel / "manifest-sha256.txt").read_text().splitlines()
     paths = [ln.split("  ", 1)[1] for ln in lines]
     assert paths == sorted(paths, key=lambda p: p.encode()) and all(len(ln.split("  ")[0]) == 64 for ln in lines)
-    assert (rel / "tagmanifest-sha256.txt").read_text().count("\n") == 4
+    # the tag manifest: the four tag files and the release's regenerator (its wheel and lock)
+    tagged = [ln.split("  ", 1)[1] for ln in (rel / "tagmanifest-sha256.txt").read_text().splitlines()]
+    assert tagged == ["bag-info.txt", "bagit.txt", "manifest-sha256.txt", f"regenerator/{json.loads((rel / 'regenerator/lock.json').read_text())['wheel']}",
+                      "regenerator/lock.json", "release.json"]
     # release.json is canonical
     assert (rel / "release.json").read_bytes() == canon.dumps(meta).encode()
     # the provenance statement is an in-toto Statement over the derived files

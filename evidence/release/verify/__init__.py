@@ -10,6 +10,8 @@ from typing import Any
 
 from evidence.release.archive import safe_extract
 from evidence.release.files import Progress
+from evidence.release.progress import Phases
+from evidence.release.regenerator import ENV_MODES
 from evidence.release.layout import BAGIT_TXT, MANIFEST, RELEASE_JSON, REQUIRED_FILES, TAGMANIFEST, ReleaseError
 from evidence.release.verify.context import CheckResult, VerifyContext, VerifyReport
 from evidence.release.verify.registry import CHECK_IDS, CHECKS
@@ -18,9 +20,14 @@ __all__ = ["CHECK_IDS", "CHECKS", "CheckResult", "VerifyReport", "verify"]
 
 
 def verify(path: str | Path, *, repo: Any = None, regen: bool = True, workers: int | None = None,
-           progress: Progress | None = None) -> VerifyReport:
+           progress: Progress | None = None, regen_env: str = "auto", phases: Phases | None = None) -> VerifyReport:
     """Run every check on a release folder or a release .tar; returns the report (never raises for a
-    failed check). Raises ReleaseError (exit 2) when the path cannot be verified at all."""
+    failed check). Raises ReleaseError (exit 2) when the path cannot be verified at all.
+
+    regen_env: "auto" regenerates with the release's own regenerator (see release/regenerator.py),
+    "current" with this code. phases: where progress goes (one bar per phase)."""
+    if regen_env not in ENV_MODES:
+        raise ReleaseError(f"unknown regeneration environment {regen_env!r}; known: {', '.join(ENV_MODES)}.")
     path = Path(path)
     if not path.exists():
         raise ReleaseError(f"{path} does not exist; give a release folder (releases/<tag>) or its .tar.")
@@ -32,15 +39,16 @@ def verify(path: str | Path, *, repo: Any = None, regen: bool = True, workers: i
             root, archive_problems = safe_extract(path, Path(tmp.name))
             is_archive = True
         elif path.is_dir():
-            root, is_archive = path, False
+            root, is_archive = path.resolve(), False  # '.' has no name; the release folder's name is its tag
             names = set(os.listdir(path))
             if not names & {BAGIT_TXT, RELEASE_JSON, MANIFEST, TAGMANIFEST}:
                 raise ReleaseError(f"{path} is not a release: it has none of {', '.join(REQUIRED_FILES)}.")
         else:
             raise ReleaseError(f"{path} is neither a folder nor a file; give a release folder or its .tar.")
         try:
-            ctx = VerifyContext(root, path, repo=repo, regen=regen, workers=workers, progress=progress,
-                       archive_problems=archive_problems, is_archive=is_archive)
+            ctx = VerifyContext(root, path.resolve(), repo=repo, regen=regen, workers=workers, progress=progress,
+                                archive_problems=archive_problems, is_archive=is_archive, regen_env=regen_env,
+                                phases=phases)
         except OSError as e:
             raise ReleaseError(f"could not read {path} ({e}).")
         results = []
@@ -56,7 +64,8 @@ def verify(path: str | Path, *, repo: Any = None, regen: bool = True, workers: i
                 results.append(CheckResult(cid, title, status, message, findings))
         finally:
             ctx.close()
-        return VerifyReport(str(path), str(root) if root is not None and not is_archive else None, ctx.tag, results)
+        env = ctx.regen_result()[0].as_dict() if ctx.regen_started else None
+        return VerifyReport(str(path), str(root) if root is not None and not is_archive else None, ctx.tag, results, env)
     finally:
         if tmp is not None:
             tmp.cleanup()

@@ -35,10 +35,13 @@ def archive_sha(c: VerifyContext):
     if not isinstance(sde, int):
         return SKIP_NO_META
     expected = side.read_text(encoding="utf-8", errors="replace").split()[:1]
+    c.phases.start("archive", "rebuilding the archive stream")
     try:
         found = tar_sha256_of_folder(c.root, mtime=sde)
     except ReleaseError as e:
+        c.phases.finish("archive")
         return "fail", str(e), [Finding(c.root.name, expected[0] if expected else None, None, "cannot be archived")]
+    c.phases.finish("archive", "archive stream rebuilt")
     return result([] if expected == [found] else [Finding(side.name, expected[0] if expected else None, found,
                                                            "the deterministic tar of this folder has another sha256")],
                   f"the deterministic tar of this folder matches {side.name}", "this folder does not rebuild the published archive")

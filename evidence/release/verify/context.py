@@ -3,17 +3,23 @@ once; the result types; the `check` decorator."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import tempfile
+import threading
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
 from evidence.release.files import FileDigest, Inventory, Progress, hash_files, inventory
-from evidence.release.layout import MANIFEST, PAYLOAD_DIR, RELEASE_JSON, TAGMANIFEST, Finding, dig, path_key, payload_path
+from evidence.release.layout import (MANIFEST, PAYLOAD_DIR, RELEASE_JSON, TAGMANIFEST, Finding, dig, path_key, payload_path,
+                                     printable_tree)
 from evidence.release.manifest import ManifestEntry, parse_manifest
-from evidence.release.regen import regenerate
+from evidence.release.progress import NoPhases, Phases
+from evidence.release.regen import run_regeneration
+from evidence.release.regenerator import RegenEnv, resolve
 
 
 @dataclass
@@ -37,8 +43,9 @@ class CheckResult:
         return self.findings[0].found if self.findings else None
 
     def as_dict(self) -> dict:
-        return {"id": self.id, "title": self.title, "status": self.status, "message": self.message, "path": self.path,
-                "expected": self.expected, "found": self.found, "findings": [f.as_dict() for f in self.findings]}
+        return printable_tree({"id": self.id, "title": self.title, "status": self.status, "message": self.message,
+                               "path": self.path, "expected": self.expected, "found": self.found,
+                               "findings": [f.as_dict() for f in self.findings]})
 
 
 @dataclass
@@ -47,6 +54,7 @@ class VerifyReport:
     release_dir: str | None
     tag: str | None
     checks: list[CheckResult]
+    regen_env: dict | None = None  # which code and interpreter regenerated (RegenEnv.as_dict()), when regeneration ran
 
     @property
     def failed(self) -> list[CheckResult]:
@@ -65,17 +73,20 @@ class VerifyReport:
 
     def as_dict(self) -> dict:
         counts = {s: sum(1 for c in self.checks if c.status == s) for s in ("pass", "fail", "skip")}
-        return {"path": self.path, "release_dir": self.release_dir, "tag": self.tag, "ok": self.ok,
-                "exit_code": self.exit_code, "counts": counts, "checks": [c.as_dict() for c in self.checks]}
+        return printable_tree({"path": self.path, "release_dir": self.release_dir, "tag": self.tag, "ok": self.ok,
+                               "exit_code": self.exit_code, "counts": counts, "regen_env": self.regen_env,
+                               "checks": [c.as_dict() for c in self.checks]})
 
 
 class VerifyContext:
     """What the checks share, computed once: the inventory, manifests, digests, release.json, repo."""
 
     def __init__(self, root: Path | None, source: Path, *, repo: Any, regen: bool, workers: int | None,
-                 progress: Progress | None, archive_problems: list[Finding] | None, is_archive: bool):
+                 progress: Progress | None, archive_problems: list[Finding] | None, is_archive: bool,
+                 regen_env: str = "auto", phases: Phases | None = None):
         self.root, self.source, self.regen_enabled = root, source, regen
-        self.workers, self.progress = workers, progress
+        self.workers, self.phases = workers, phases or NoPhases()
+        self.progress = progress or _bytes_phase(self.phases, "checksums", "checksums")
         self.archive_problems, self.is_archive = archive_problems, is_archive
         self.inv = inventory(root) if root is not None else Inventory()
         self.manifest, self.manifest_problems, self.manifest_state = self._manifest(MANIFEST)
@@ -85,12 +96,21 @@ class VerifyContext:
         if not isinstance(self.tag, str) and root is not None:
             self.tag = root.name
         self.repo, self.repo_error = self._repo(repo)
+        self.path_problems_cache: dict[str, list[Finding]] | None = None
+        self.regen_env_mode = regen_env
+        self._regen_tmp: tempfile.TemporaryDirectory | None = None
+        self._regen_pool: ThreadPoolExecutor | None = None
+        self._regen_future: Future | None = None
+        if regen and root is not None:
+            # regeneration (the slow part, one process per run) starts now and runs while the files are hashed
+            self._regen_tmp = tempfile.TemporaryDirectory(prefix="evidence-regen-")
+            self._regen_pool = ThreadPoolExecutor(max_workers=1)
+            self._regen_future = self._regen_pool.submit(self._regenerate)
         self.digests: dict[str, FileDigest | OSError] = {}
         if root is not None:
-            self.digests = hash_files(root, self.inv.files, git_blob=self.repo is not None, workers=workers, progress=progress)
-        self._regen: dict[str, dict[str, Path | Exception]] | None = None
-        self.path_problems_cache: dict[str, list[Finding]] | None = None
-        self._regen_tmp: tempfile.TemporaryDirectory | None = None
+            self.digests = hash_files(root, self.inv.files, git_blob=self.repo is not None, workers=workers,
+                                      progress=self.progress)
+            self.phases.finish("checksums")
 
     def _manifest(self, name: str) -> tuple[dict[str, ManifestEntry], list[Finding], str]:
         if self.root is None or name not in self.inv.files:
@@ -133,16 +153,41 @@ class VerifyContext:
     def payload_files(self) -> list[str]:
         return [p for p in self.inv.files if p.startswith(PAYLOAD_DIR + "/")]
 
+    def _regenerate(self) -> tuple[RegenEnv, dict[str, dict[str, Path | Exception]]]:
+        code_repo = None
+        with contextlib.suppress(Exception):
+            import git
+
+            code_repo = git.Repo(Path(__file__).resolve().parent, search_parent_directories=True)
+        self.phases.start("regen-env", "preparing the regenerating environment")
+        try:
+            env = resolve(self.regen_env_mode, self.root, self.meta, [self.repo, code_repo])
+        except Exception as e:  # said by the regen.* checks, never a traceback
+            env = RegenEnv("unavailable", "none", error=f"could not prepare it ({type(e).__name__}: {e})")
+        self.phases.finish("regen-env", f"regenerating with: {env.kind}")
+        if env.error:
+            return env, {}
+        sde = dig(self.meta, "freeze", "source_date_epoch") if isinstance(self.meta, dict) else None
+        jobs = {}
+        for rid in self.run_ids():
+            raw = self.root / payload_path("raw", rid)
+            if raw.is_dir() and not raw.is_symlink():
+                jobs[rid] = raw
+        assert self._regen_tmp is not None
+        return env, run_regeneration(jobs, Path(self._regen_tmp.name), sde=sde if isinstance(sde, int) else None,
+                                     env=env, phases=self.phases)
+
+    def regen_result(self) -> tuple[RegenEnv, dict[str, dict[str, Path | Exception]]]:
+        """(the environment that regenerated, run id -> role -> output folder or exception); waits for it."""
+        assert self._regen_future is not None, "regeneration was not asked for"
+        return self._regen_future.result()
+
+    @property
+    def regen_started(self) -> bool:
+        return self._regen_future is not None
+
     def regen(self) -> dict[str, dict[str, Path | Exception]]:
-        if self._regen is None:
-            self._regen_tmp = tempfile.TemporaryDirectory(prefix="evidence-regen-")
-            sde = dig(self.meta, "freeze", "source_date_epoch") if isinstance(self.meta, dict) else None
-            self._regen = {}
-            for rid in self.run_ids():
-                raw = self.root / payload_path("raw", rid)
-                if raw.is_dir() and not raw.is_symlink():
-                    self._regen[rid] = regenerate(raw, Path(self._regen_tmp.name), sde=sde if isinstance(sde, int) else None)
-        return self._regen
+        return self.regen_result()[1]
 
     def run_ids(self) -> list[str]:
         raw = {p.split("/")[2] for p in self.inv.files if p.startswith(f"{PAYLOAD_DIR}/raw/") and p.count("/") >= 3}
@@ -150,8 +195,25 @@ class VerifyContext:
         return sorted((raw | {x for x in listed if isinstance(x, str)}), key=path_key)
 
     def close(self) -> None:
+        if self._regen_pool is not None:
+            self._regen_pool.shutdown(wait=True)
         if self._regen_tmp is not None:
             self._regen_tmp.cleanup()
+
+
+def _bytes_phase(phases: Phases, key: str, title: str) -> Progress:
+    """A hashing progress callback (bytes just read, total bytes) feeding one phase bar."""
+    started = threading.Event()
+    lock = threading.Lock()
+
+    def cb(n: int, total: int) -> None:
+        if not started.is_set():
+            with lock:
+                if not started.is_set():
+                    phases.start(key, title, total)
+                    started.set()
+        phases.advance(key, n)
+    return cb
 
 
 CheckFn = Callable[[VerifyContext], tuple[str, str, list[Finding]]]

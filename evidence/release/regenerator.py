@@ -1,0 +1,341 @@
+"""A release carries its regenerator, so that it verifies with the code that froze it.
+
+At freeze: regenerator/<wheel> (the exact `evidence` that froze it: a wheel built from the running
+code's source files; lock.json names its git commit when that checkout is clean) and regenerator/lock.json (the wheel's name and sha256, the entry point verify calls, and the
+render stack: the interpreter, FreeType and the version of every installed distribution `evidence`
+depends on, transitively) go into the release's tag area and its tag manifest.
+
+At verify, the regenerating environment is, in this order:
+  - the release's wheel, unpacked into a cache, on this interpreter when this interpreter's
+    render stack equals the lock; otherwise in an isolated venv built from the lock (cached per lock);
+  - for a release frozen before releases carried their regenerator: the tree of the commit that
+    froze it (release.json freeze.code_commit), taken with `git archive` from the repository into a
+    cache, on this interpreter (that commit is in the history of every clone; its tag may not be);
+  - with `--regen-env current`: this code.
+When none can be had, the environment says exactly what could not be done, and the regen.* checks
+fail with that reason.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata as md
+import io
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tarfile
+import tempfile
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from evidence.canon import dumps, write_atomic
+from evidence.release.layout import ReleaseError, sha256_bytes
+from evidence.release.regen import ENTRY
+
+REGEN_DIR = "regenerator"
+LOCK = f"{REGEN_DIR}/lock.json"
+LOCK_FORMAT = "evidence-regenerator/1"
+ENV_MODES = ("auto", "current")
+
+
+@dataclass(frozen=True)
+class RegenEnv:
+    kind: str  # wheel | venv | commit | current | unavailable
+    describe: str  # said to the user: which code and interpreter regenerate
+    python: str = sys.executable
+    pythonpath: str | None = None
+    driver: str = "entry"  # entry (a regenerate(raw, work, sde=, step=) function) | legacy (the flat package of old)
+    entry: str = ENTRY
+    error: str | None = None  # kind "unavailable": what could not be done
+
+    def as_dict(self) -> dict:
+        return {"kind": self.kind, "describe": self.describe, "python": self.python, "error": self.error}
+
+
+def cache_root() -> Path:
+    return Path(os.environ.get("EVIDENCE_REGEN_CACHE") or Path(tempfile.gettempdir()) / "evidence-regen-cache")
+
+
+# --------------------------------------------------------------------------- the render stack
+
+def _dependency_closure(root: str = "evidence") -> dict[str, str]:
+    """name -> version of every installed distribution `root` requires, transitively (extras not followed)."""
+    from packaging.requirements import Requirement
+    from packaging.utils import canonicalize_name
+
+    seen: dict[str, str] = {}
+    todo = [root]
+    while todo:
+        name = todo.pop()
+        try:
+            dist = md.distribution(name)
+        except md.PackageNotFoundError:
+            continue
+        for r in dist.requires or []:
+            req = Requirement(r)
+            if req.marker is not None and not req.marker.evaluate({"extra": ""}):
+                continue
+            key = canonicalize_name(req.name)
+            if key in seen:
+                continue
+            try:
+                seen[key] = md.version(req.name)
+            except md.PackageNotFoundError:
+                continue
+            todo.append(req.name)
+    return dict(sorted(seen.items()))
+
+
+def render_lock() -> dict:
+    """What fixes the bytes of regenerated files, beyond the code: the interpreter, FreeType, and the
+    installed versions of everything `evidence` depends on."""
+    try:
+        from matplotlib import ft2font
+
+        freetype = str(ft2font.__freetype_version__)
+    except ImportError:
+        freetype = None
+    return {"python": ".".join(map(str, sys.version_info[:3])), "implementation": sys.implementation.name,
+            "freetype": freetype, "packages": _dependency_closure()}
+
+
+def lock_differences(lock: dict) -> list[str]:
+    """How this interpreter differs from a lock, in words; [] when it matches."""
+    here = render_lock()
+    out = []
+    if str(lock.get("python", "")).split(".")[:2] != here["python"].split(".")[:2]:
+        out.append(f"python {lock.get('python')} (lock) vs {here['python']} (here)")
+    if lock.get("freetype") != here["freetype"]:
+        out.append(f"FreeType {lock.get('freetype')} (lock) vs {here['freetype']} (here)")
+    for name, v in sorted((lock.get("packages") or {}).items()):
+        if here["packages"].get(name) != v:
+            out.append(f"{name} {v} (lock) vs {here['packages'].get(name, 'absent')} (here)")
+    return out
+
+
+# --------------------------------------------------------------------------- at freeze
+
+def code_source() -> tuple[Path, str | None]:
+    """The project folder of the running `evidence` (pyproject.toml beside the package) and its git commit
+    when that folder is a clean checkout; ReleaseError when the running code is not a source tree."""
+    import evidence
+
+    root = Path(evidence.__file__).resolve().parent.parent
+    if not (root / "pyproject.toml").is_file():
+        raise ReleaseError(f"the running evidence ({root}) is not a source tree (no pyproject.toml beside the package), so "
+                           "the release's regenerator (a wheel of this exact code) cannot be built; freeze from a checkout "
+                           "of evidence (pip install -e .).")
+    commit = None
+    try:
+        import git
+
+        repo = git.Repo(root)
+        if not repo.is_dirty(untracked_files=True, path="evidence") and not repo.is_dirty(path="pyproject.toml"):
+            commit = repo.head.commit.hexsha
+    except Exception:  # not a git checkout: the wheel is still this exact code
+        commit = None
+    return root, commit
+
+
+def build_regenerator(release_dir: Path, *, sde: int) -> list[str]:
+    """Build a wheel of the running code and write regenerator/<wheel> and regenerator/lock.json into
+    release_dir; returns their paths relative to release_dir (tag files: the tag manifest covers them).
+    The wheel is built from a copy of the package's source files (no caches), with SOURCE_DATE_EPOCH set
+    so its bytes do not depend on when it was built."""
+    root, commit = code_source()
+    out_dir = Path(release_dir) / REGEN_DIR
+    out_dir.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="evidence-wheel-") as td:
+        src = Path(td) / "src"
+        src.mkdir()
+        for name in ("pyproject.toml", "README.md", "LICENSE"):
+            if (root / name).is_file():
+                shutil.copyfile(root / name, src / name)
+        shutil.copytree(root / "evidence", src / "evidence", ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+        env = {**os.environ, "SOURCE_DATE_EPOCH": str(int(sde))}
+        r = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(Path(td) / "dist"), str(src)],
+                           capture_output=True, text=True, env=env)
+        wheels = sorted((Path(td) / "dist").glob("evidence-*.whl")) if r.returncode == 0 else []
+        if len(wheels) != 1:
+            raise ReleaseError(f"could not build the wheel of the running evidence ({root}) for the release's regenerator "
+                               f"(pip wheel exited {r.returncode}: {(r.stderr or r.stdout).strip()[-400:]}); nothing was released.")
+        wheel = out_dir / wheels[0].name
+        shutil.copyfile(wheels[0], wheel)
+    lock = {"format": LOCK_FORMAT, "wheel": wheel.name, "wheel_sha256": sha256_bytes(wheel.read_bytes()),
+            "code_commit": commit, "entry": ENTRY, "render": render_lock()}
+    write_atomic(Path(release_dir) / LOCK, dumps(lock))
+    return [f"{REGEN_DIR}/{wheel.name}", LOCK]
+
+
+def tag_area_files(release_dir: Path) -> list[str]:
+    """The regenerator's files present in release_dir (for the tag manifest), sorted."""
+    d = Path(release_dir) / REGEN_DIR
+    if not d.is_dir():
+        return []
+    return sorted(f"{REGEN_DIR}/{p.relative_to(d).as_posix()}" for p in d.rglob("*") if p.is_file())
+
+
+# --------------------------------------------------------------------------- at verify
+
+def resolve(mode: str, root: Path | None, meta: Any, repos: list[Any]) -> RegenEnv:
+    """The environment that regenerates this release (see the module docstring)."""
+    if mode not in ENV_MODES:
+        raise ReleaseError(f"unknown --regen-env {mode!r}; known: {', '.join(ENV_MODES)}.")
+    if mode == "current":
+        return current_env()
+    lock_path = root / LOCK if root is not None else None
+    if lock_path is not None and lock_path.is_file():
+        return _wheel_env(root, lock_path)
+    commit = ((meta or {}).get("freeze") or {}).get("code_commit") if isinstance(meta, dict) else None
+    if isinstance(commit, str) and commit:
+        return _commit_env(commit, repos)
+    return RegenEnv("unavailable", "none", error="the release carries no regenerator (regenerator/lock.json) and names "
+                    "no commit that froze it (release.json freeze.code_commit); use --regen-env current to regenerate with "
+                    "this code (bytes may differ if the code changed)")
+
+
+def current_env() -> RegenEnv:
+    import evidence
+
+    from evidence import __version__
+
+    pkg_parent = str(Path(evidence.__file__).resolve().parent.parent)
+    return RegenEnv("current", f"this code (evidence {__version__} at {pkg_parent}), on {sys.executable} "
+                    f"(--regen-env current)", pythonpath=pkg_parent)
+
+
+def _unavailable(what: str) -> RegenEnv:
+    return RegenEnv("unavailable", "none", error=what + "; use --regen-env current to regenerate with this code "
+                    "(bytes may differ if the code changed), or --no-regen to skip regeneration")
+
+
+def _wheel_env(root: Path, lock_path: Path) -> RegenEnv:
+    try:
+        lock = json.loads(lock_path.read_text(encoding="utf-8"))
+        wheel = root / REGEN_DIR / lock["wheel"]
+        want = lock["wheel_sha256"]
+        entry = lock.get("entry") or ENTRY
+        render = lock.get("render") or {}
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        return _unavailable(f"{LOCK} is unreadable ({type(e).__name__}: {e})")
+    if "/" in lock["wheel"] or not wheel.is_file():
+        return _unavailable(f"the wheel {lock['wheel']!r} named by {LOCK} is not in {REGEN_DIR}/")
+    data = wheel.read_bytes()
+    if sha256_bytes(data) != want:
+        return _unavailable(f"{REGEN_DIR}/{lock['wheel']} does not hash to the sha256 {LOCK} gives")
+    site = cache_root() / f"wheel-{want[:24]}"
+    if not (site / ".complete").is_file():
+        tmp = Path(tempfile.mkdtemp(prefix=".wheel-", dir=_mkcache()))
+        with zipfile.ZipFile(io.BytesIO(data)) as z:
+            z.extractall(tmp)  # zipfile refuses names outside tmp
+        (tmp / ".complete").write_text("ok\n")
+        _install_dir(tmp, site)
+    diffs = lock_differences(render)
+    if not diffs:
+        return RegenEnv("wheel", f"the release's own regenerator ({lock['wheel']}, code commit {str(lock.get('code_commit'))[:12]}) "
+                        f"on {sys.executable}, whose render stack equals the release's lock",
+                        pythonpath=str(site), entry=entry)
+    return _venv_env(lock, render, wheel, entry, diffs)
+
+
+def _venv_env(lock: dict, render: dict, wheel: Path, entry: str, diffs: list[str]) -> RegenEnv:
+    here = ".".join(map(str, sys.version_info[:2]))
+    if str(render.get("python", "")).split(".")[:2] != here.split("."):
+        return _unavailable(f"the release's regenerator needs Python {render.get('python')} (this is {here}); "
+                            f"render stack differences: {'; '.join(diffs[:6])}")
+    key = sha256_bytes(dumps({"lock": render, "wheel": lock["wheel_sha256"]}).encode())[:24]
+    venv = cache_root() / f"venv-{key}"
+    py = venv / "bin" / "python"
+    if not (venv / ".complete").is_file():
+        tmp = Path(tempfile.mkdtemp(prefix=".venv-", dir=_mkcache()))
+        pins = [f"{n}=={v}" for n, v in sorted((render.get("packages") or {}).items())]
+        steps = [[sys.executable, "-m", "venv", str(tmp)],
+                 [str(tmp / "bin" / "python"), "-m", "pip", "install", "-q", "--no-deps", str(wheel), *pins]]
+        for cmd in steps:
+            r = subprocess.run(cmd, capture_output=True, text=True)
+            if r.returncode != 0:
+                shutil.rmtree(tmp, ignore_errors=True)
+                return _unavailable(f"could not build an isolated environment from the release's lock (`{' '.join(cmd[:4])} ...` "
+                                    f"exited {r.returncode}: {(r.stderr or r.stdout).strip()[-300:]}); this interpreter "
+                                    f"differs from the lock: {'; '.join(diffs[:6])}")
+        (tmp / ".complete").write_text("ok\n")
+        # a venv's scripts name their folder: it is used where it was built, and renamed only as a whole
+        try:
+            _install_dir(tmp, venv)
+        except OSError:
+            venv = tmp
+        py = venv / "bin" / "python"
+    return RegenEnv("venv", f"the release's own regenerator ({lock['wheel']}) in an isolated environment built from its "
+                    f"lock ({venv}), since this interpreter differs: {'; '.join(diffs[:4])}",
+                    python=str(py), entry=entry)
+
+
+def _commit_env(commit: str, repos: list[Any]) -> RegenEnv:
+    tree = cache_root() / f"commit-{commit}"
+    if not (tree / ".complete").is_file():
+        import git
+
+        found = None
+        for repo in repos:
+            if repo is None:
+                continue
+            try:
+                repo.commit(commit)
+                found = repo
+                break
+            except (ValueError, git.BadName, git.GitCommandError):
+                continue
+        if found is None:
+            return _unavailable(f"the release was frozen at commit {commit[:12]} (release.json freeze.code_commit), before "
+                                "releases carried their regenerator, and that commit is not in this repository "
+                                f"(`git fetch origin {commit}` brings it)")
+        if not _in_tree(found, commit, "evidence/__init__.py"):
+            return _unavailable(f"the release names commit {commit[:12]} as the code that froze it, but that commit's tree "
+                                "holds no evidence package, and the release carries no regenerator of its own")
+        tmp = Path(tempfile.mkdtemp(prefix=".commit-", dir=_mkcache()))
+        try:
+            buf = io.BytesIO()
+            # the code and, where a tree of that time kept them, the report templates beside it
+            paths = [p for p in ("evidence", "templates") if _in_tree(found, commit, p)]
+            found.archive(buf, treeish=commit, format="tar", path=paths)
+            buf.seek(0)
+            with tarfile.open(fileobj=buf) as tf:
+                tf.extractall(tmp, filter="data")
+        except Exception as e:
+            shutil.rmtree(tmp, ignore_errors=True)
+            return _unavailable(f"could not extract commit {commit[:12]}'s tree ({type(e).__name__}: {e})")
+        (tmp / ".complete").write_text("ok\n")
+        _install_dir(tmp, tree)
+    legacy = not (tree / "evidence" / "derive.py").is_file()
+    return RegenEnv("commit", f"the code of commit {commit[:12]} that froze the release (git archive into {tree}), "
+                    f"on {sys.executable}", pythonpath=str(tree), driver="legacy" if legacy else "entry")
+
+
+def _in_tree(repo: Any, commit: str, path: str) -> bool:
+    try:
+        repo.commit(commit).tree / path
+        return True
+    except KeyError:
+        return False
+
+
+def _mkcache() -> Path:
+    c = cache_root()
+    c.mkdir(parents=True, exist_ok=True)
+    return c
+
+
+def _install_dir(tmp: Path, final: Path) -> None:
+    """Move a fully written folder into place; a concurrent verify that got there first wins."""
+    try:
+        os.replace(tmp, final)
+    except OSError:
+        if (final / ".complete").is_file():
+            shutil.rmtree(tmp, ignore_errors=True)
+        else:
+            shutil.rmtree(final, ignore_errors=True)
+            os.replace(tmp, final)

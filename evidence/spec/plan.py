@@ -10,6 +10,14 @@ Orders:
 - shuffled: each repeat is an independent permutation drawn from a
   `random.Random(order_seed)`; reproducible, not balanced.
 
+Sessions (`sweep.sessions` K > 1: the engine is restarted between blocks of repeats): the
+repeats are cut, in order, into K consecutive blocks whose sizes differ by at most one (the
+larger blocks first), and each trial carries its 1-based `session`. The rotation keeps running
+across blocks, so with the balanced order each block holds consecutive rotations of the Latin
+square (within a block a point's counts in any two positions differ by at most one) and the
+whole run is the same Latin square as without sessions. The plan JSON carries `session` (and
+`sessions`) only when K > 1, so plans without sessions keep their bytes.
+
 Prompts are the same for a point in every repeat (seeded by the workload seed and
 the point), so repeats of a point differ only by run-to-run noise, and paired
 comparisons compare like with like.
@@ -32,6 +40,7 @@ class Trial:
     position: int  # 1-based position of this point within its repeat
     prompts: int
     seed: int  # prompt seed (same for a point across repeats)
+    session: int | None = None  # 1-based engine session; None when the sweep has one session
 
     @property
     def id(self) -> str:
@@ -39,6 +48,8 @@ class Trial:
 
     def as_dict(self) -> dict:
         d = asdict(self)
+        if self.session is None:
+            del d["session"]  # plans without sessions keep their bytes
         d["id"] = self.id
         return d
 
@@ -50,7 +61,23 @@ class Plan:
     note: str
 
     def as_dict(self) -> dict:
-        return {"order": self.order, "note": self.note, "trials": [t.as_dict() for t in self.trials]}
+        d = {"order": self.order, "note": self.note, "trials": [t.as_dict() for t in self.trials]}
+        if self.sessions > 1:
+            d["sessions"] = self.sessions
+        return d
+
+    @property
+    def sessions(self) -> int:
+        return max((t.session or 1 for t in self.trials), default=1)
+
+    def session_repeats(self) -> dict[int, list[int]]:
+        """session -> its repeats, in order."""
+        out: dict[int, list[int]] = {}
+        for t in self.trials:
+            reps = out.setdefault(t.session or 1, [])
+            if t.repeat not in reps:
+                reps.append(t.repeat)
+        return out
 
     def position_counts(self) -> dict[int, dict[int, int]]:
         """point -> {position: how many repeats ran it there}."""
@@ -84,13 +111,27 @@ def repeat_orders(points: list[int], repeats: int, order: str, seed: int | None)
     raise ValueError(f"unknown order {order!r}")
 
 
+def session_of(repeats: int, sessions: int) -> list[int]:
+    """The 1-based session of each repeat: consecutive blocks whose sizes differ by at most one."""
+    if not 1 <= sessions <= repeats:
+        raise ValueError(f"sessions must be 1..{repeats} (the repeats), not {sessions}")
+    base, extra = divmod(repeats, sessions)
+    out: list[int] = []
+    for s in range(1, sessions + 1):
+        out += [s] * (base + (1 if s <= extra else 0))
+    return out
+
+
 def make_plan(spec: Spec) -> Plan:
     sw = spec.sweep
     orders = repeat_orders(list(sw.points), sw.repeats, sw.order, sw.order_seed)
+    sessions = int(getattr(sw, "sessions", 1) or 1)
+    sess = session_of(sw.repeats, sessions) if sessions > 1 else [None] * sw.repeats
     trials = []
     for r, pts in enumerate(orders, start=1):
         for pos, p in enumerate(pts, start=1):
-            trials.append(Trial(len(trials), r, p, pos, sw.prompts_at(p), point_seed(spec.workload.seed, p)))
+            trials.append(Trial(len(trials), r, p, pos, sw.prompts_at(p), point_seed(spec.workload.seed, p),
+                                sess[r - 1]))
     n = len(sw.points)
     if sw.order == "balanced":
         if sw.repeats % n == 0:
@@ -102,4 +143,8 @@ def make_plan(spec: Spec) -> Plan:
         note = "fixed ascending order in every repeat: position effects are confounded with the point"
     else:
         note = f"independent seeded shuffles (seed {sw.order_seed}); positions are not balanced"
+    if sessions > 1:
+        sizes = sorted({sess.count(s) for s in range(1, sessions + 1)}, reverse=True)
+        note += (f"; {sessions} engine sessions of {' or '.join(map(str, sizes))} consecutive repeat(s) each"
+                 + (", each block consecutive rotations of the square" if sw.order == "balanced" else ""))
     return Plan(sw.order, tuple(trials), note)

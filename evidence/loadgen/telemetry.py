@@ -187,8 +187,10 @@ class TelemetrySampler:
     """
 
     def __init__(self, base_url: str, interval_s: float = 0.25, timeout_s: float = 5.0,
-                 wanted: dict[str, str] = WANTED, headers: dict[str, str] | None = None):
+                 wanted: dict[str, str] = WANTED, headers: dict[str, str] | None = None, gpu: bool = True):
         import aiohttp
+
+        from evidence.loadgen.gpu import GpuReader
 
         self.url = base_url.rstrip("/") + "/metrics"
         self.interval_s = interval_s
@@ -206,6 +208,8 @@ class TelemetrySampler:
         self._t0 = 0.0
         self._task: asyncio.Task | None = None
         self._stop = asyncio.Event()
+        # GPU utilization, power, SM clock and memory ride on each sample (evidence.loadgen.gpu)
+        self.gpu = GpuReader() if gpu else None
 
     async def _scrape(self) -> dict[str, float] | None:
         pc = time.perf_counter
@@ -228,6 +232,8 @@ class TelemetrySampler:
             return None
         d: dict[str, float] = {"t_s": (ts + te) / 2 - self._t0, "scrape_s": te - ts}
         d.update(vals)
+        if self.gpu is not None:
+            d.update(self.gpu.read())
         return d
 
     async def probe(self) -> str | None:
@@ -291,6 +297,8 @@ class TelemetrySampler:
         await self.close()
 
     async def close(self) -> None:
+        if self.gpu is not None:
+            self.gpu.close()
         if self._session is not None:
             await self._session.close()
             self._session = None
@@ -308,4 +316,5 @@ class TelemetrySampler:
             "series": self.series,
             "aggregation": "sum over label sets; mean for " + ", ".join(sorted(MEAN_KEYS)),
             "t_s": "midpoint of the scrape, seconds since t0 (perf_counter)",
+            "gpu": self.gpu.meta() if self.gpu is not None else {"enabled": False, "reason": "not asked for"},
         }

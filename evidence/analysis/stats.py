@@ -265,3 +265,83 @@ def repeats_for_halfwidth(sd_log: float, halfwidth: float, *, alpha: float = 0.0
         if n > MAX_REPEATS:
             raise ValueError(f"more than {MAX_REPEATS} repeats would be needed for a +-{halfwidth:.2%} interval")
     return n
+
+
+def variance_components(d: Sequence[float], sessions: Sequence[int]) -> dict[str, Any]:
+    """Within- and between-session variance of log ratios (one-way random-effects ANOVA, method of
+    moments; the between component is floored at 0). Needs at least 2 sessions and some session with
+    2 or more repeats."""
+    x = np.asarray(d, dtype=float)
+    labels = sorted(set(sessions))
+    groups = [x[np.asarray(sessions) == s] for s in labels]
+    n, k = len(x), len(groups)
+    if k < 2 or n <= k:
+        raise ValueError(f"variance components need 2 or more sessions and more repeats than sessions "
+                         f"(have {k} session(s), {n} repeat(s))")
+    grand = x.mean()
+    msw = sum(float(((g - g.mean()) ** 2).sum()) for g in groups) / (n - k)
+    msb = sum(len(g) * float((g.mean() - grand) ** 2) for g in groups) / (k - 1)
+    n0 = (n - sum(len(g) ** 2 for g in groups) / n) / (k - 1)
+    p = float(stats.f.sf(msb / msw, k - 1, n - k)) if msw > 0 else (0.0 if msb > 0 else 1.0)
+    return {"sessions": k, "repeats": n, "sd_within": math.sqrt(msw), "sd_between": math.sqrt(max(0.0, (msb - msw) / n0)),
+            "f_p": p, "session_means": [float(g.mean()) for g in groups]}
+
+
+def plan_noise(d: Sequence[float], sessions: Sequence[int] | None, *, effect: float, alpha: float = 0.05,
+               power: float = 0.8) -> dict[str, Any]:
+    """How many repeats (and sessions) observed log-ratio noise needs for a +-effect interval and for
+    `power` to find a true `effect`. With several sessions whose means differ (a between-session sd
+    estimate above 0; the F-test p is reported beside it), the session is the unit: its sd is sqrt(sd_b^2 + sd_w^2 / r) for r
+    repeats per session, and the counts are sessions; otherwise the repeat is the unit."""
+    x = [float(v) for v in d]
+    if len(x) < 2:
+        raise ValueError(f"the run has {len(x)} pair(s) for this comparison; noise needs at least 2")
+    sess = list(sessions) if sessions is not None else [1] * len(x)
+    n = len(x)
+    sd_all = float(np.std(x, ddof=1))
+    # chi-square interval of the sd: with few pairs the counts below are rough, and this says how rough
+    sd_ci = [sd_all * math.sqrt((n - 1) / stats.chi2.ppf(0.975, n - 1)),
+             sd_all * math.sqrt((n - 1) / stats.chi2.ppf(0.025, n - 1))]
+    out: dict[str, Any] = {"n_pairs": n, "sd_log": sd_all, "sd_log_ci95": sd_ci, "effect": effect,
+                           "alpha": alpha, "power": power}
+    rough = (f"; the sd comes from {n} pairs (95% interval {sd_ci[0]:.3g}-{sd_ci[1]:.3g}), so the counts are rough: "
+             "plan again from a run with more repeats") if n < 10 else ""
+    k = len(set(sess))
+    if k < 2:
+        sd = out["sd_log"]
+        out.update(unit="repeat", repeats_halfwidth=repeats_for_halfwidth(sd, effect, alpha=alpha),
+                   repeats_power=repeats_needed(sd, effect, alpha=alpha, power=power), sessions=None,
+                   note="one engine session: the variance between server starts is not measured (repeats inside one "
+                        "server cannot estimate it); run with sweep.sessions >= 3 and plan again from that run" + rough)
+        return out
+    vc = variance_components(x, sess)
+    out["components"] = vc
+    r = max(1, round(len(x) / k))
+    if vc["sd_between"] == 0:
+        sd = vc["sd_within"]
+        out.update(unit="repeat", repeats_halfwidth=repeats_for_halfwidth(sd, effect, alpha=alpha),
+                   repeats_power=repeats_needed(sd, effect, alpha=alpha, power=power), sessions=k,
+                   note=f"{k} sessions whose means do not differ beyond the repeats' noise: the repeat is the unit" + rough)
+        return out
+    sd_unit = math.sqrt(vc["sd_between"] ** 2 + vc["sd_within"] ** 2 / r)
+    sh = repeats_for_halfwidth(sd_unit, effect, alpha=alpha)
+    sp = repeats_needed(sd_unit, effect, alpha=alpha, power=power)
+    out.update(unit="session", repeats_per_session=r, sd_session=sd_unit, sessions_halfwidth=sh, sessions_power=sp,
+               repeats_halfwidth=sh * r, repeats_power=sp * r,
+               note=(f"the sessions differ (between-session sd {vc['sd_between']:.4f} vs within {vc['sd_within']:.4f}): "
+                     f"the session is the unit; with {r} repeat(s) per session" + rough))
+    return out
+
+
+def run_log_ratios(trials: Sequence[dict], values: dict[str, float], a: Any, b: Any) -> tuple[list[float], list[int]]:
+    """ln(a/b) per repeat where both trials have a value, and each repeat's session (plan.json trials,
+    trial id -> value)."""
+    by: dict[int, dict[Any, float]] = {}
+    sess: dict[int, int] = {}
+    for t in trials:
+        v = values.get(t["id"])
+        if v is not None and v > 0 and t["point"] in (a, b):
+            by.setdefault(t["repeat"], {})[t["point"]] = float(v)
+            sess[t["repeat"]] = int(t.get("session") or 1)
+    reps = sorted(r for r, pv in by.items() if a in pv and b in pv)
+    return [math.log(by[r][a] / by[r][b]) for r in reps], [sess[r] for r in reps]

@@ -146,23 +146,101 @@ def validate(
 def plan(
     spec: Path = typer.Argument(..., help="The experiment spec (YAML)."),
     as_json: bool = typer.Option(False, "--json", help="Print the plan as JSON."),
+    from_run: Path | None = typer.Option(None, "--from", help="A finished run of the same points: plan the repeats "
+                                         "(and sessions) its observed noise needs."),
+    effect: str = typer.Option("5%", "--effect", help="With --from: the relative difference to resolve, e.g. 5% "
+                               "(the interval's half-width, and the true effect to find with 80% power)."),
 ) -> None:
     """Show the trials in execution order (deterministic for a given spec).
 
     'balanced' rotates the points in each repeat (a cyclic Latin square) so every point
     takes every position; 'fixed' always runs ascending; 'shuffled' draws seeded
-    permutations.
+    permutations. With --from RUN: for each declared comparison, from the sd of the run's
+    paired log ratios ln(a/b) of output throughput, the repeats a +-effect 95% interval needs
+    and the repeats for 80% power at a true effect (paired t; Bonferroni alpha over the
+    comparisons); with several sessions in the run, the between-session variance decides
+    whether the session is the unit.
     """
     s = load_spec_or_exit(spec, as_json)
     p = make_plan(s)
+    if from_run is not None:
+        from evidence.analysis.stats import plan_noise, run_log_ratios
+        from evidence.canon import read_json
+        from evidence.rundir import SUMMARY, RunDir, is_run_dir
+
+        text = effect.strip()
+        try:
+            eff = float(text[:-1]) / 100 if text.endswith("%") else float(text)
+        except ValueError:
+            fail(f"--effect {effect!r} is not a number: give a relative difference such as 5% or 0.05")
+        if not (0 < eff < 10):
+            fail(f"--effect {effect!r}: the relative difference must be above 0% and below 1000%")
+        if not is_run_dir(from_run):
+            fail(f"--from {from_run}: not a run directory (no run.json); give a folder `evidence run` wrote")
+        rd = RunDir(Path(from_run))
+        try:
+            trials = read_json(rd.plan_json)["trials"]
+            values = {}
+            for tid in rd.completed_trials():
+                v = read_json(rd.trial_dir(tid) / SUMMARY).get("output_throughput")
+                if isinstance(v, (int, float)):
+                    values[tid] = float(v)
+        except (OSError, ValueError, KeyError, TypeError) as e:
+            fail(f"--from {from_run}: cannot read its plan and trial summaries ({e})")
+        comps = [(c.a, c.b) for c in s.analysis.comparisons]
+        declared = bool(comps)
+        if not comps:
+            pts = list(s.sweep.points)
+            comps = list(zip(pts[:-1], pts[1:]))
+        alpha = 0.05 / max(1, len(comps))
+        rows = []
+        for a, b in comps:
+            d, sess = run_log_ratios(trials, values, a, b)
+            row: dict = {"a": a, "b": b, "metric": "output_throughput"}
+            try:
+                row.update(plan_noise(d, sess, effect=eff, alpha=alpha))
+            except ValueError as e:
+                row.update(n_pairs=len(d), note=str(e))
+            rows.append(row)
+        res = {"spec": s.name, "run": rd.id, "effect": eff, "alpha": alpha, "power": 0.8,
+               "comparisons_declared": declared, "planned_repeats": s.sweep.repeats,
+               "planned_sessions": int(getattr(s.sweep, "sessions", 1) or 1), "comparisons": rows}
+        if as_json:
+            sys.stdout.write(dumps(res))
+            return
+        t = Table(title=f"{s.name}: repeats needed for +-{eff:.1%} from the noise of run {rd.id}")
+        for col in ("comparison", "pairs", "sd ln(a/b)", "unit", f"+-{eff:.1%} interval", f"80% power at {eff:.1%}"):
+            t.add_column(col, justify="left" if col in ("comparison", "unit") else "right")
+        for r in rows:
+            unit = r.get("unit", "-")
+            if unit == "session":
+                hw = f"{r['sessions_halfwidth']} sessions x {r['repeats_per_session']}"
+                pw = f"{r['sessions_power']} sessions x {r['repeats_per_session']}"
+            elif "repeats_halfwidth" in r:
+                hw, pw = f"{r['repeats_halfwidth']} repeats", f"{r['repeats_power']} repeats"
+            else:
+                hw = pw = "-"
+            sd = r.get("sd_session", r.get("sd_log"))
+            t.add_row(f"C{r['a']} vs C{r['b']}", str(r.get("n_pairs", 0)), f"{sd:.4f}" if sd is not None else "-",
+                      unit, hw, pw)
+        out.print(t)
+        out.print(f"alpha {alpha:.4g} per comparison (0.05 over {len(comps)} comparison(s), Bonferroni); the spec plans "
+                  f"{res['planned_repeats']} repeat(s) in {res['planned_sessions']} session(s)"
+                  + ("" if declared else "; the spec declares no comparisons, so adjacent points are shown"))
+        for r in rows:
+            if r.get("note"):
+                out.print(f"C{r['a']} vs C{r['b']}: {r['note']}")
+        return
     if as_json:
         sys.stdout.write(dumps(p.as_dict()))
         return
     t = Table(title=f"{s.name}: {len(p.trials)} trials, order {p.order}")
-    for col in ("#", "trial", "repeat", "concurrency", "position", "prompts"):
+    cols = ("#", "trial", "repeat", "concurrency", "position", "prompts") + (("session",) if p.sessions > 1 else ())
+    for col in cols:
         t.add_column(col, justify="right" if col != "trial" else "left")
     for tr in p.trials:
-        t.add_row(str(tr.index + 1), tr.id, str(tr.repeat), str(tr.point), str(tr.position), str(tr.prompts))
+        t.add_row(str(tr.index + 1), tr.id, str(tr.repeat), str(tr.point), str(tr.position), str(tr.prompts),
+                  *((str(tr.session),) if p.sessions > 1 else ()))
     out.print(t)
     out.print(p.note)
     counts = p.position_counts()

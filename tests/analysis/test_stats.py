@@ -142,3 +142,45 @@ def test_repeats_needed_reaches_the_power_by_simulation():
     assert sim_power(n - 2) < 0.8
     with pytest.raises(ValueError):
         repeats_needed(0.08, 0.0)
+
+
+def test_variance_components_by_hand():
+    from evidence.analysis.stats import variance_components
+    # sessions [0, 0.2], [1, 1.2]: within SS = 0.02 + 0.02 over 2 df -> MSW 0.02; means 0.1, 1.1,
+    # grand 0.6, MSB = 2 * (0.25 + 0.25) / 1 = 1.0; n0 = 2; sd_between = sqrt((1.0 - 0.02) / 2).
+    vc = variance_components([0.0, 0.2, 1.0, 1.2], [1, 1, 2, 2])
+    assert vc["sd_within"] == pytest.approx(math.sqrt(0.02))
+    assert vc["sd_between"] == pytest.approx(math.sqrt(0.49))
+    with pytest.raises(ValueError):
+        variance_components([0.1, 0.2], [1, 2])
+
+
+def test_plan_noise_picks_the_unit():
+    from evidence.analysis.stats import plan_noise
+    one = plan_noise([0.1, 0.05, 0.2], None, effect=0.05)
+    assert one["unit"] == "repeat" and one["sessions"] is None and "not measured" in one["note"]
+    assert one["repeats_halfwidth"] == repeats_for_halfwidth(one["sd_log"], 0.05)
+    assert one["sd_log_ci95"][0] < one["sd_log"] < one["sd_log_ci95"][1] and "rough" in one["note"]
+    split = plan_noise([0.0, 0.01, 0.02, 0.2, 0.21, 0.22, 0.1, 0.11, 0.12], [1, 1, 1, 2, 2, 2, 3, 3, 3], effect=0.05)
+    assert split["unit"] == "session" and split["repeats_per_session"] == 3
+    assert split["repeats_halfwidth"] == 3 * split["sessions_halfwidth"]
+    assert split["sd_session"] == pytest.approx(math.sqrt(split["components"]["sd_between"] ** 2
+                                                          + split["components"]["sd_within"] ** 2 / 3))
+
+
+def test_cli_plan_from_the_h200_run(tmp_path):
+    import subprocess
+    import sys
+    run = H200.parent
+    cmd = [sys.executable, "-m", "evidence.cli", "plan", str(run / "spec.yaml"), "--from", str(run), "--effect", "5%"]
+    res = subprocess.run(cmd + ["--json"], capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, res.stderr
+    out = json.loads(res.stdout)
+    c = {(r["a"], r["b"]): r for r in out["comparisons"]}[(128, 256)]
+    assert c["n_pairs"] == 3 and c["unit"] == "repeat"
+    assert c["repeats_halfwidth"] == repeats_for_halfwidth(c["sd_log"], 0.05, alpha=out["alpha"])
+    assert c["repeats_power"] == repeats_needed(c["sd_log"], 0.05, alpha=out["alpha"])
+    bad = subprocess.run(cmd[:-1] + ["five"], capture_output=True, text=True, timeout=120)
+    assert bad.returncode == 2 and "not a number" in bad.stderr and "Traceback" not in bad.stderr
+    bad = subprocess.run(cmd[:6] + [str(tmp_path)], capture_output=True, text=True, timeout=120)
+    assert bad.returncode == 2 and "not a run directory" in bad.stderr

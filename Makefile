@@ -24,11 +24,12 @@ engine: install
 model: engine
 	$(EV) model tiny models/tiny
 
-# Debian packages the tests need: a real Slurm (slurmctld, slurmd, munge) for the multi-host tests.
+# Debian packages the tests need: a real Slurm (slurmctld, slurmd, munge) for the multi-host tests, and a
+# headless Chromium that renders the HTML report (tests/report/test_report_browser.py).
 # Idempotent: apt runs only when something is missing (CI runs on a fresh machine as root).
-SYSTEM_PKGS := slurm-wlm munge
+SYSTEM_PKGS := slurm-wlm munge chromium
 system:
-	@command -v slurmctld >/dev/null && command -v munged >/dev/null || { \
+	@command -v slurmctld >/dev/null && command -v munged >/dev/null && command -v chromium >/dev/null || { \
 	  if [ "$$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi; \
 	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq $(SYSTEM_PKGS) >/dev/null; }
 

@@ -30,15 +30,16 @@ def _p(x: Any) -> str:
     return "< 0.001" if x < 0.001 else f"{x:.3f}"
 
 
-def comparison_line(c: dict) -> str:
-    """One comparison in one sentence: verdict first, then the effect with its interval, p and MDE (or the wins)."""
+def comparison_line(c: dict, *, named: bool = True) -> str:
+    """One comparison in one sentence: verdict first, then the effect with its interval, p and MDE (or the wins).
+    named=False leaves out the leading "Ca vs Cb: " (for a table whose row already names it)."""
     A, B = label(c["a"]), label(c["b"])
     st = _stats(c)
-    name = c.get("name") or f"{A} vs {B}"
+    name = (c.get("name") or f"{A} vs {B}") + ": " if named else ""
     verdict = st.get("verdict") if isinstance(st.get("verdict"), str) else c.get("verdict", "")
     n = st.get("n_pairs", c.get("pairs", 0))
     if not n:
-        return f"{name}: {verdict or 'no paired repeats'}."
+        return f"{name}{verdict or 'no paired repeats'}."
     wins = f"{A} won {c.get('wins_a', st.get('wins_a', 0))} of {n} paired repeat(s)"
     effect = st.get("effect", c.get("mean_diff"))
     ci = st.get("ci95")
@@ -46,10 +47,11 @@ def comparison_line(c: dict) -> str:
         p = st.get("p_adjusted", st.get("p_value"))
         ptxt = ("p (Holm) " if "p_adjusted" in st and st.get("p_adjusted") != st.get("p_value") else "p ") + "= " + _p(p)
         mde = f"; smallest detectable {pct(st['mde'], d=1)}" if isinstance(st.get("mde"), (int, float)) else ""
-        return (f"{name}: {verdict}. {A} vs {B} {pct(effect, signed=True, d=1)} (95% CI {pct(ci[0], signed=True, d=1)} "
-                f"to {pct(ci[1], signed=True, d=1)}; {ptxt}{mde}); {wins}.")
-    spread = (c.get("spread") or {}).get("value")
-    return (f"{name}: {verdict}. Mean paired advantage of {A} {pct(effect, signed=True, d=1)}; {wins}"
+        return (f"{name}{verdict}; {A} {pct(effect, signed=True, d=1)} against {B} (95% CI "
+                f"{pct(ci[0], signed=True, d=1)} to {pct(ci[1], signed=True, d=1)}; {ptxt}{mde}); {wins}.")
+    spread = c.get("spread")
+    spread = spread.get("value") if isinstance(spread, dict) else spread  # analysis.json: a dict; compare: the value
+    return (f"{name}{verdict}; mean paired advantage of {A} {pct(effect, signed=True, d=1)}; {wins}"
             + (f"; run-to-run spread {pct(spread, d=1)}" if isinstance(spread, (int, float)) else "") + ".")
 
 
@@ -72,9 +74,10 @@ def verdict_lines(res: dict, limit: int = HEADLINE_LINES) -> list[str]:
                     f"repeats); where the paired verdict is not a finding it reads {o['supported_statement']}.")
     dom = res["dominance"]["pairs"]
     if dom:
-        tail.append("; ".join(f"{d['statement']} ({d['held_in_repeats']} of {d['repeats_planned']} repeats)" for d in dom)
-                    + " on throughput and every reported latency.")
-    room = max(1, limit - len(out) - len(tail))
+        # the paired verdict leads, so a dominance on the means is never read as more than its intervals allow
+        tail.append("; ".join((d["verdict_statement"] if "verdict_statement" in d else d["statement"])
+                              + f" ({d['held_in_repeats']} of {d['repeats_planned']} repeats)" for d in dom) + ".")
+    room = max(3, limit - len(out) - len(tail))  # the comparisons are the answer: never fewer than 3 lines of them
     if len(comps) > room:
         more = len(comps) - (room - 1)
         comps = comps[: room - 1] + [f"{more} more comparison(s): see Paired comparisons."]
@@ -129,7 +132,7 @@ def geometry_rows(rows: list[dict]) -> tuple[list[list], int]:
     for (point, rule), grp in opaque.items():
         collapsed += len(grp)
         tok = [g.get("per_token_us") for g in grp]
-        shown.append([point, rule, f"{len(grp)} grids", ", ".join(sorted({str(g['replay']) for g in grp})),
+        shown.append([point, rule, f"{len(grp)} grid{'s' if len(grp) != 1 else ''}", ", ".join(sorted({str(g['replay']) for g in grp})),
                       sum(g["count"] for g in grp), _fixed(sum(g["total_ms"] for g in grp), 3),
                       _fixed(sum(tok), 3) if None not in tok else "n/a",
                       f"{len(grp)} launch-grid groups with no declared meaning, collapsed into this row "

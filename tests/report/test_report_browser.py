@@ -1,0 +1,143 @@
+"""The HTML report as a reader sees it: rendered by a real headless Chromium (Debian's `chromium`, installed by
+`make system`) at 1280x800.
+
+Measured in the browser: a copy of the page gets a small script that writes the layout boxes into the DOM, and
+`chromium --dump-dom` returns them. Without Chromium the tests skip, except under CI (env CI set) where they
+fail: a CI that cannot render the page has not tested it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import struct
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from rundir_fixtures import build_run, demo_spec  # noqa: E402
+
+from evidence.analysis.analyze import compute_analysis  # noqa: E402
+from evidence.analysis.load import load_run  # noqa: E402
+from evidence.figures import figure_bytes  # noqa: E402
+from evidence.report.context import render_report  # noqa: E402
+
+WIDTH, HEIGHT = 1280, 800
+
+MEASURE = """<script>
+window.addEventListener('load', function () {
+  function box(el) { if (!el) return null; var r = el.getBoundingClientRect();
+    return {top: r.top + window.scrollY, bottom: r.bottom + window.scrollY, left: r.left, right: r.right,
+            height: r.height, width: r.width}; }
+  var img = document.querySelector('#headline img');
+  var out = {
+    viewport: [window.innerWidth, window.innerHeight],
+    headline_img: box(img), img_natural: img ? [img.naturalWidth, img.naturalHeight] : null,
+    verdicts: box(document.querySelector('#verdicts')), caveats: box(document.querySelector('#caveats')),
+    first_table: box(document.querySelector('table')),
+    tables_outside_details: Array.from(document.querySelectorAll('table')).filter(function (t) {
+      return !t.closest('details'); }).map(function (t) { return box(t).top; }),
+    details: Array.from(document.querySelectorAll('details')).map(function (d) {
+      var tabs = Array.from(d.querySelectorAll('table'));
+      return {id: d.id, open: d.open, height: d.getBoundingClientRect().height,
+              summary: d.querySelector('summary').getBoundingClientRect().height, tables: tabs.length,
+              tables_visible: tabs.filter(function (t) { return t.checkVisibility(); }).length}; }),
+    page_height: document.documentElement.scrollHeight
+  };
+  var pre = document.createElement('pre'); pre.id = 'measured'; pre.textContent = JSON.stringify(out);
+  document.body.appendChild(pre);
+});
+</script>"""
+
+
+def _chromium() -> str:
+    exe = next((shutil.which(n) for n in ("chromium", "chromium-browser", "google-chrome") if shutil.which(n)), None)
+    why = "no chromium on PATH (make system installs Debian's chromium)" if exe is None else ""
+    if exe:
+        try:
+            r = subprocess.run([exe, "--version"], capture_output=True, text=True, timeout=60)
+            why = "" if r.returncode == 0 else f"chromium --version failed: {r.stderr.strip()[:300]}"
+        except (OSError, subprocess.TimeoutExpired) as e:
+            why = f"chromium did not start: {e}"
+    if why:
+        if os.environ.get("CI"):
+            pytest.fail(f"{why}; under CI the browser test must run")
+        pytest.skip(why)
+    return exe
+
+
+def _run(exe: str, args: list[str], profile: Path) -> subprocess.CompletedProcess:
+    cmd = [exe, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars", "--no-first-run",
+           f"--user-data-dir={profile}", f"--window-size={WIDTH},{HEIGHT}", "--virtual-time-budget=5000", *args]
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=180)
+    if r.returncode != 0 and os.environ.get("CI"):
+        pytest.fail(f"chromium failed ({r.returncode}): {r.stderr[-800:]}")
+    elif r.returncode != 0:
+        pytest.skip(f"chromium failed ({r.returncode}): {r.stderr[-300:]}")
+    return r
+
+
+@pytest.fixture(scope="module")
+def browser_page(tmp_path_factory) -> dict:
+    exe = _chromium()
+    root = tmp_path_factory.mktemp("browser")
+    run = build_run(root, spec=demo_spec(comparisons=[(4, 16), (1, 4)]), failed={"r1-c4": 1})
+    data = load_run(run)
+    res = compute_analysis(data)
+    _, html_path = render_report(run, data=data, analysis=res, figures=figure_bytes(data, res))
+    html = html_path.read_text(encoding="utf-8")
+    measured = root / "measured.html"
+    measured.write_text(html.replace("</body>", MEASURE + "\n</body>"), encoding="utf-8")
+    r = _run(exe, ["--dump-dom", measured.as_uri()], root / "profile-dom")
+    m = re.search(r'<pre id="measured">(.*?)</pre>', r.stdout, re.S)
+    assert m, f"the measuring script left nothing in the DOM: {r.stdout[-500:]} {r.stderr[-500:]}"
+    shot = root / "first-screen.png"
+    _run(exe, [f"--screenshot={shot}", html_path.as_uri()], root / "profile-shot")
+    return {"m": json.loads(m.group(1).replace("&quot;", '"').replace("&amp;", "&")), "shot": shot, "html": html}
+
+
+def test_laid_out_at_the_screen_width(browser_page: dict) -> None:
+    # positions are document coordinates: "the first screen" is the top HEIGHT px at this width
+    assert browser_page["m"]["viewport"][0] == WIDTH
+
+
+def test_headline_figure_and_verdicts_on_the_first_screen(browser_page: dict) -> None:
+    m = browser_page["m"]
+    img = m["headline_img"]
+    assert m["img_natural"][0] > 0, "the embedded PNG decoded"
+    assert 0 <= img["top"] and img["bottom"] <= HEIGHT, img
+    assert img["width"] >= 500, "large enough to read"
+    assert m["verdicts"]["top"] < HEIGHT / 2 and m["caveats"]["top"] < HEIGHT, (m["verdicts"], m["caveats"])
+    # the verdicts sit beside the figure, not under it
+    assert m["verdicts"]["left"] > img["right"]
+
+
+def test_no_table_before_the_figure(browser_page: dict) -> None:
+    m = browser_page["m"]
+    assert min(m["tables_outside_details"]) > m["headline_img"]["bottom"]
+
+
+def test_appendices_collapsed(browser_page: dict) -> None:
+    d = {x["id"]: x for x in browser_page["m"]["details"]}
+    assert set(d) == {"completeness", "setup", "methods"}
+    for x in d.values():
+        assert not x["open"] and x["tables"] >= 1 and x["tables_visible"] == 0, x
+        assert x["height"] < x["summary"] + 20, x  # only the summary line takes room
+
+
+def test_screenshot_is_the_report(browser_page: dict) -> None:
+    png = browser_page["shot"].read_bytes()
+    assert png[:8] == b"\x89PNG\r\n\x1a\n"
+    w, h = struct.unpack(">II", png[16:24])
+    assert (w, h) == (WIDTH, HEIGHT)
+    from PIL import Image
+
+    with Image.open(browser_page["shot"]) as im:
+        colours = im.convert("RGB").getcolors(maxcolors=1_000_000)
+    assert colours is None or len(colours) > 50, "a blank screenshot"

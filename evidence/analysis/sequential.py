@@ -20,11 +20,14 @@ each z boundary through its nominal level, |t| >= t_{1-p_k/2}(n-1)) lets the fal
 reach 6.3% at 5% with one pair per look (checked by simulation). So the t boundaries are
 calibrated instead: under the null with normal log ratios the joint law of the t statistics at
 the planned pair counts does not depend on the unknown sd, and a seeded simulation of 400,000
-null sequences gives, look by look, the |t| boundary at which the cumulative crossing rate equals
-the same spending function less two Monte Carlo standard errors (so the simulation's own error
-cannot push the rate above alpha; it costs about 0.0007 of a 0.05 alpha). Looks whose alpha increment is too small to resolve (fewer than
-50 simulated crossings) use the nominal-level boundary, whose exact marginal rate is that
-increment. tests/analysis/test_sequential.py checks the false-finding rate on fresh sequences.
+null sequences (fewer past 20 looks, to bound memory) gives, look by look, the |t| boundary at
+which the cumulative crossing rate equals the same spending function less two Monte Carlo
+standard errors, so the simulation's own error cannot push the rate above alpha (it costs about
+0.0007 of a 0.05 alpha). Looks whose alpha increment is too small to resolve (fewer than 50
+simulated crossings) use the nominal-level boundary, whose exact marginal rate is that
+increment. Past 100 pairs at the last look the nominal boundaries are used (the t law is then
+close to normal where the alpha is spent). tests/analysis/test_sequential.py checks the
+false-finding rate on fresh sequences.
 
 Decisions: crossing at any look -> `finding` (decided, stop adding blocks for it); reaching
 look K without crossing -> `not significant` (decided: the budget is spent); otherwise
@@ -48,6 +51,7 @@ GRID = 401  # points per look in the numerical integration; 401 agrees with 2001
 N_SIM = 400_000  # null sequences for the t calibration (MC error of the total alpha ~0.00035)
 MIN_CROSS = 50  # fewer simulated crossings than this at a look: use its nominal-level boundary
 CAL_SEED = 20261203
+MAX_CAL_CELLS = 8_000_000  # fewer simulated sequences when there are many looks (the margin grows to match)
 MAX_CAL_PAIRS = 100  # beyond this many pairs at the last look: nominal boundaries (df large where alpha is spent)
 
 
@@ -128,19 +132,20 @@ def t_boundaries(sizes: tuple[int, ...], alpha: float) -> tuple[tuple[float, ...
         return tuple(nominal), tuple("nominal" for _ in sizes)
     rng = np.random.default_rng(CAL_SEED)
     idx = np.array(sizes) - 1
-    tabs = np.empty((N_SIM, K))
-    for lo in range(0, N_SIM, 20_000):
-        x = rng.standard_normal((min(20_000, N_SIM - lo), sizes[-1]))
+    n_sim = min(N_SIM, MAX_CAL_CELLS // K)  # memory: n_sim x K statistics are kept
+    tabs = np.empty((n_sim, K))
+    for lo in range(0, n_sim, 20_000):
+        x = rng.standard_normal((min(20_000, n_sim - lo), sizes[-1]))
         s1, s2 = np.cumsum(x, axis=1)[:, idx], np.cumsum(x * x, axis=1)[:, idx]
         n = np.array(sizes, dtype=float)
         with np.errstate(divide="ignore", invalid="ignore"):
             var = (s2 - s1 * s1 / n) / (n - 1)
             tabs[lo:lo + len(x)] = np.abs(s1 / n) / np.sqrt(var / n)
-    alive = np.ones(N_SIM, dtype=bool)
+    alive = np.ones(n_sim, dtype=bool)
     crossed = 0
     out, how = [], []
     for k in range(K):
-        spent = spending(frac[k], alpha) * N_SIM
+        spent = spending(frac[k], alpha) * n_sim
         target = int(spent - 2 * math.sqrt(spent))  # two MC standard errors on the safe side
         inc = target - crossed
         if sizes[k] < 2:

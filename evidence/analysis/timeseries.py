@@ -89,10 +89,11 @@ def trial_series(records: Iterable[RequestRecord | dict], telemetry_rows: Iterab
     tokens = np.bincount(idx, weights=np.asarray(weights, dtype=float), minlength=nb)
     if not times:
         absent["output_tps"] = "no successful request carried a token"
-    # time-weighted in-flight: overlap of each [send, end] with each bin, summed
-    lo = np.clip(edges[None, :-1], sends[:, None], ends[:, None])
-    hi = np.clip(edges[None, 1:], sends[:, None], ends[:, None])
-    in_flight = (hi - lo).sum(axis=0) / bin_s
+    # time-weighted in-flight: the integral of the in-flight count up to t is
+    # sum_i max(0, t - send_i) - max(0, t - end_i); its differences over the bins, per bin_s
+    ends = np.maximum(ends, sends)
+    integral = _ramp_sum(np.sort(sends), edges) - _ramp_sum(np.sort(ends), edges)
+    in_flight = np.diff(integral) / bin_s
     running = waiting = None
     rows = list(telemetry_rows or [])
     if not rows:
@@ -103,6 +104,13 @@ def trial_series(records: Iterable[RequestRecord | dict], telemetry_rows: Iterab
     return Series(bin_s=bin_s, t=tuple(float(x) for x in edges[:-1]), output_tps=tuple(float(x) for x in tokens / bin_s),
                   in_flight=tuple(float(x) for x in in_flight), running=running, waiting=waiting, absent=absent,
                   n_requests=len(recs), duration_s=duration, output_tokens=float(tokens.sum()))
+
+
+def _ramp_sum(x_sorted: np.ndarray, t: np.ndarray) -> np.ndarray:
+    """sum_i max(0, t - x_i) for each t."""
+    k = np.searchsorted(x_sorted, t, side="right")
+    c = np.concatenate([[0.0], np.cumsum(x_sorted)])
+    return k * t - c[k]
 
 
 def _binned(rows: list[dict], key: str, nb: int, bin_s: float, absent: dict, name: str) -> tuple | None:

@@ -45,7 +45,7 @@ def _null_t(sizes, n_sim, seed):
 
 
 @pytest.mark.parametrize("sizes", [(2, 4, 6, 8, 10), tuple(range(1, 9)), (3, 6, 9, 12), tuple(range(2, 21, 2)),
-                                   tuple(range(3, 11))])  # the last: 3 planned repeats, then one per look
+                                   tuple(range(3, 11)), tuple(range(3, 43))])  # 3 planned repeats, then one per look
 def test_false_finding_rate_under_the_null_stays_at_alpha(sizes):
     tb, _ = t_boundaries(sizes, 0.05)
     n_sim = 100_000

@@ -284,7 +284,7 @@ def _commit_env(commit: str, repos: list[Any]) -> RegenEnv:
             if repo is None:
                 continue
             try:
-                repo.commit(commit)
+                repo.git.cat_file("-e", f"{commit}^{{commit}}")  # the object itself, not a lazy reference to it
                 found = repo
                 break
             except (ValueError, git.BadName, git.GitCommandError):

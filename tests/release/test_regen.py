@@ -1,0 +1,209 @@
+"""Regeneration: one derive pass; a release regenerates with its own code, so the tool can change.
+
+A release frozen here carries regenerator/<wheel> and regenerator/lock.json. The analysis code is
+then changed (a modified copy of the package, run in a subprocess): regenerating with the changed
+code (--regen-env current) fails, and the release stays VALID through its own regenerator. Releases
+frozen before (the committed article1-h200-v1.0) regenerate through the commit that froze them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import evidence
+from evidence.release import freeze, layout, metadata, regenerator, verify
+from rundir_fixtures import build_run
+
+SDE = 1780000000
+TAG = "v1"
+RUN_ID = "fixture-run"
+ROOT = Path(__file__).resolve().parents[2]
+CLI = "import sys; from evidence.cli import main; sys.argv[0] = 'evidence'; main()"
+
+
+def _git(repo: Path, *args: str) -> str:
+    return subprocess.run(["git", *args], cwd=repo, check=True, capture_output=True, text=True).stdout
+
+
+@pytest.fixture(scope="module")
+def frozen(tmp_path_factory):
+    base = tmp_path_factory.mktemp("regen")
+    repo = base / "repo"
+    repo.mkdir()
+    _git(repo, "init", "-q", "-b", "main")
+    for k, v in (("user.email", "a@example.org"), ("user.name", "A"), ("commit.gpgsign", "false"), ("tag.gpgsign", "false")):
+        _git(repo, "config", k, v)
+    (repo / ".gitignore").write_text("runs/\n")
+    _git(repo, "add", ".gitignore")
+    _git(repo, "commit", "-q", "-m", "init")
+    run = build_run(repo / "runs", run_id=RUN_ID)
+    old = os.environ.get("SOURCE_DATE_EPOCH")
+    os.environ["SOURCE_DATE_EPOCH"] = str(SDE)
+    try:
+        freeze.freeze(TAG, [run], repo)
+    finally:
+        if old is None:
+            os.environ.pop("SOURCE_DATE_EPOCH")
+        else:
+            os.environ["SOURCE_DATE_EPOCH"] = old
+    return repo
+
+
+def _copy(frozen: Path, tmp_path: Path) -> Path:
+    repo = tmp_path / "repo"
+    shutil.copytree(frozen, repo, symlinks=True)
+    return repo / "releases" / TAG
+
+
+def _changed_code(tmp_path: Path) -> Path:
+    """A copy of this package whose analysis writes other bytes (as an improved analysis would)."""
+    code = tmp_path / "code"
+    shutil.copytree(Path(evidence.__file__).parent, code / "evidence", ignore=shutil.ignore_patterns("__pycache__"))
+    with open(code / "evidence" / "analysis" / "analyze.py", "a", encoding="utf-8") as f:
+        f.write("\n\n_original = compute_analysis\n\n\ndef compute_analysis(data):\n"
+                "    res = _original(data)\n    res['changed_by_a_later_version'] = True\n    return res\n")
+    return code
+
+
+def _verify_cli(code: Path | None, rel: Path, *args: str) -> dict:
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    if code is not None:
+        env["PYTHONPATH"] = str(code)
+    r = subprocess.run([sys.executable, "-P", "-c", CLI, "verify", "--json", str(rel), *args], capture_output=True,
+                       text=True, env=env, cwd=rel.parent)
+    assert r.returncode in (0, 1), r.stderr
+    return json.loads(r.stdout)
+
+
+def _status(rep: dict) -> dict[str, str]:
+    return {c["id"]: c["status"] for c in rep["checks"]}
+
+
+def test_freeze_puts_the_regenerator_in_the_tag_area(frozen):
+    rel = frozen / "releases" / TAG
+    lock = json.loads((rel / regenerator.LOCK).read_text())
+    wheel = rel / regenerator.REGEN_DIR / lock["wheel"]
+    assert lock["entry"] == "evidence.release.regen:regenerate"
+    assert hashlib.sha256(wheel.read_bytes()).hexdigest() == lock["wheel_sha256"]
+    assert {"numpy", "matplotlib", "pillow", "jinja2", "pydantic"} <= set(lock["render"]["packages"])
+    assert lock["render"]["freetype"] and lock["render"]["python"]
+    tagged = (rel / layout.TAGMANIFEST).read_text()
+    assert f"  {regenerator.LOCK}\n" in tagged and f"  regenerator/{lock['wheel']}\n" in tagged
+    assert regenerator.lock_differences(lock["render"]) == []
+
+
+def test_old_release_stays_valid_through_its_own_regenerator_after_the_analysis_changed(frozen, tmp_path):
+    rel = _copy(frozen, tmp_path)
+    code = _changed_code(tmp_path)
+    # the change bites: regenerating with the changed code does not give the published bytes
+    cur = _verify_cli(code, rel, "--regen-env", "current")
+    assert _status(cur)["regen.analysis"] == "fail" and cur["regen_env"]["kind"] == "current"
+    assert str(code) in cur["regen_env"]["describe"]
+    # the release's own regenerator (its wheel) reproduces every derived byte
+    own = _verify_cli(code, rel)
+    assert own["ok"], [c for c in own["checks"] if c["status"] == "fail"]
+    assert own["regen_env"]["kind"] == "wheel"
+    assert all(_status(own)[f"regen.{r}"] == "pass" for r in ("analysis", "figures", "report"))
+    assert "the release's own regenerator" in next(c for c in own["checks"] if c["id"] == "regen.report")["message"]
+
+
+def test_tampered_derived_file_fails_through_the_own_regenerator(frozen, tmp_path):
+    rel = _copy(frozen, tmp_path)
+    f = rel / f"data/analysis/{RUN_ID}/points.csv"
+    f.write_text(f.read_text().replace("1", "2", 1))
+    metadata.seal(rel, json.loads((rel / layout.RELEASE_JSON).read_text()))
+    rep = verify.verify(rel, repo=None)
+    by = rep.by_id()
+    assert by["regen.analysis"].status == "fail" and by["regen.analysis"].path == f"data/analysis/{RUN_ID}/points.csv"
+    assert "the difference is in the data" in by["regen.analysis"].message
+    assert rep.regen_env["kind"] == "wheel"
+
+
+def _drop_regenerator(rel: Path, commit: str | None) -> None:
+    shutil.rmtree(rel / regenerator.REGEN_DIR)
+    meta = json.loads((rel / layout.RELEASE_JSON).read_text())
+    meta["freeze"]["code_commit"] = commit
+    metadata.seal(rel, meta)
+
+
+def test_no_regenerator_and_the_commit_not_here_says_what_could_not_be_done(frozen, tmp_path):
+    rel = _copy(frozen, tmp_path)
+    _drop_regenerator(rel, "0" * 40)
+    rep = verify.verify(rel, repo=None)
+    for r in ("analysis", "figures", "report"):
+        c = rep.by_id()[f"regen.{r}"]
+        assert c.status == "fail" and "0000000000" in c.message and "not in this repository" in c.message
+        assert "git fetch origin" in c.message
+    assert rep.regen_env["kind"] == "unavailable"
+    # skipping is explicit only
+    assert all(rep2.status == "skip" for rep2 in verify.verify(rel, regen=False).checks if rep2.id.startswith("regen."))
+
+
+def test_no_regenerator_and_a_commit_without_the_package_fails(frozen, tmp_path):
+    rel = _copy(frozen, tmp_path)
+    head = _git(rel.parents[1], "rev-parse", "HEAD").strip()  # the experiment repository: no evidence package in it
+    _drop_regenerator(rel, head)
+    c = verify.verify(rel).by_id()["regen.figures"]
+    assert c.status == "fail" and "holds no evidence package" in c.message
+
+
+def test_a_lock_for_another_python_is_refused_with_the_reason(frozen, tmp_path):
+    rel = _copy(frozen, tmp_path)
+    lock = json.loads((rel / regenerator.LOCK).read_text())
+    lock["render"]["python"] = "3.9.0"
+    (rel / regenerator.LOCK).write_text(json.dumps(lock))
+    metadata.seal(rel, json.loads((rel / layout.RELEASE_JSON).read_text()))
+    c = verify.verify(rel).by_id()["regen.analysis"]
+    assert c.status == "fail" and "needs Python 3.9.0" in c.message
+
+
+def test_committed_release_regenerates_through_the_commit_that_froze_it():
+    rel = ROOT / "releases" / "article1-h200-v1.0"
+    if not rel.is_dir():
+        pytest.skip("the committed release is not in this checkout")
+    rep = verify.verify(rel)
+    by = rep.by_id()
+    assert rep.regen_env["kind"] == "commit", rep.regen_env
+    assert all(by[f"regen.{r}"].status == "pass" for r in ("analysis", "figures", "report")), \
+        [(c.id, c.message) for c in rep.checks if c.id.startswith("regen.")]
+
+
+def test_derive_is_the_three_functions_in_one_pass(tmp_path, monkeypatch):
+    from evidence.analysis import analyze_run
+    from evidence.derive import derive
+    from evidence.figures import render_figures
+    from evidence.report import render_report
+
+    monkeypatch.setenv("SOURCE_DATE_EPOCH", str(SDE))
+    a = build_run(tmp_path / "a")
+    b = build_run(tmp_path / "b")
+    analyze_run(a)
+    render_figures(a)
+    render_report(a)
+    files = derive(b, tmp_path / "out")
+
+    def tree(folder: Path) -> dict[str, str]:
+        return {p.relative_to(folder).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
+                for p in sorted(folder.rglob("*")) if p.is_file() and p.relative_to(folder).parts[0] in files}
+
+    assert tree(a) == tree(tmp_path / "out") and set(files) == {"analysis", "figures", "report"}
+
+
+def test_report_never_writes_into_a_release(frozen, tmp_path):
+    rel = frozen / "releases" / TAG
+    raw = rel / "data" / "raw" / RUN_ID
+    for args in ([str(raw)], [str(frozen / "runs" / RUN_ID), "--out", str(rel / "data")]):
+        r = subprocess.run([sys.executable, "-c", CLI, "report", *args], capture_output=True, text=True)
+        assert r.returncode == 2 and "never writes into a release" in r.stderr and "--out" in r.stderr
+    ok = subprocess.run([sys.executable, "-c", CLI, "report", str(raw), "--out", str(tmp_path / "out")],
+                        capture_output=True, text=True)
+    assert ok.returncode == 0, ok.stderr
+    assert (tmp_path / "out" / "report" / "report.html").is_file()

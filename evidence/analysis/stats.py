@@ -22,6 +22,10 @@ The procedure (one for every comparison of two points, metrics or runs):
   distribution-free claim at 95% is possible, and `sign_note` says so.
 - MDE: t(0.975, n-1) * sd(d) / sqrt(n), back-transformed: the smallest relative effect whose
   interval would have excluded 0 at this noise (the interval's half-width).
+- Sessions (engine restarts): given each pair's session, the within- and between-session
+  variance of ln(a/b) are estimated (one-way random-effects ANOVA); when the sessions' means
+  differ by more than their repeats explain, the session is the unit (the test runs over the
+  session means; repeats inside one server cannot speak for the next server start).
 - Several declared comparisons: `holm()` adjusts the p-values (Holm's step-down, which
   controls the family-wise error rate and is uniformly more powerful than Bonferroni) and
   reports each interval at the level of its Holm step (see `holm`).
@@ -61,7 +65,7 @@ class Paired:
     # -- added beyond the agreed fields --
     ratio_effect: float | None = None  # exp(mean ln(a/b)) - 1: the centre of the interval
     mean_log: float | None = None
-    sd_log: float | None = None  # sample sd (ddof=1) of ln(a/b)
+    sd_log: float | None = None  # sample sd (ddof=1) of ln(a/b) over the units (pairs or session means)
     perm_p: float | None = None  # exact sign-flip permutation p of mean ln(a/b)
     ties: int = 0
     ci_level: float = 0.95  # the level `ci95` is at (higher after Holm adjustment)
@@ -69,6 +73,9 @@ class Paired:
     higher_is_better: bool = True
     better: Any = None  # a or b when the verdict is a finding, else None
     note: str | None = None
+    unit: str = "repeat"  # "repeat" or "session": what the test's n counts
+    n_units: int = 0  # the test's n (pairs, or sessions)
+    components: dict | None = None  # within/between-session variance (variance_components) when sessions were given
 
     def as_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -76,17 +83,18 @@ class Paired:
         return d
 
 
-def _test_text(n: int, alpha: float) -> str:
-    return (f"paired t-test on ln(a/b) over {n} pairs, two-sided at alpha {alpha:g}; "
+def _test_text(n: int, alpha: float, unit: str = "repeat") -> str:
+    over = f"{n} pairs" if unit == "repeat" else f"the mean ln(a/b) of {n} engine sessions"
+    return (f"paired t-test on ln(a/b) over {over}, two-sided at alpha {alpha:g}; "
             f"{100 * (1 - alpha):g}% t interval of the mean log ratio, back-transformed as exp(.)-1; "
             "assumes the log ratios are roughly normal and the pairs independent")
 
 
-def _no_df_note(n: int) -> str | None:
+def _no_df_note(n: int, unit: str = "repeat") -> str | None:
     if n >= NO_DF_CLAIM_N:
         return None
     return (f"n < {NO_DF_CLAIM_N}: no distribution-free claim is possible at 95% "
-            f"(the smallest exact two-sided sign or permutation p with {n} pairs is "
+            f"(the smallest exact two-sided sign or permutation p with {n} {'pairs' if unit == 'repeat' else 'sessions'} is "
             f"{(2 / 2 ** n if n else 1.0):.4g})")
 
 
@@ -117,11 +125,18 @@ def _check(values: Sequence[float], side: str, metric: str) -> np.ndarray:
 
 
 def paired(a_values: Sequence[float], b_values: Sequence[float], *, a: Any, b: Any, metric: str,
-           higher_is_better: bool = True, alpha: float = 0.05) -> Paired:
-    """Compare a and b over pairs (a_values[i], b_values[i]) measured in the same round."""
+           higher_is_better: bool = True, alpha: float = 0.05, sessions: Sequence[int] | None = None) -> Paired:
+    """Compare a and b over pairs (a_values[i], b_values[i]) measured in the same round.
+
+    `sessions` (the engine session of each pair, optional): when the pairs come from 2 or more
+    sessions whose mean log ratios differ by more than the repeats inside them explain (the
+    between-session variance estimate is above 0), the session is the unit: the test, the
+    interval, the MDE and the distribution-free p run over the session means of ln(a/b)."""
     if len(a_values) != len(b_values):
         raise ValueError(f"{metric}: {len(a_values)} values for {a!r} but {len(b_values)} for {b!r}; "
                          "a paired comparison needs one value of each per round")
+    if sessions is not None and len(sessions) != len(a_values):
+        raise ValueError(f"{metric}: {len(sessions)} session labels for {len(a_values)} pairs")
     if not 0 < alpha < 1:
         raise ValueError(f"alpha must be between 0 and 1, not {alpha}")
     av = _check(a_values, str(a), metric)
@@ -132,32 +147,52 @@ def paired(a_values: Sequence[float], b_values: Sequence[float], *, a: Any, b: A
     b_better = (d < 0) if higher_is_better else (d > 0)
     wins_a, wins_b = int(a_better.sum()), int(b_better.sum())
     ties = n - wins_a - wins_b
-    base = dict(a=a, b=b, metric=metric, n_pairs=n, test=_test_text(n, alpha), wins_a=wins_a, wins_b=wins_b,
-                ties=ties, alpha=alpha, higher_is_better=higher_is_better, sign_note=_no_df_note(n))
+    unit, u, comp, unit_note = "repeat", d, None, None
+    labels = sorted(set(sessions)) if sessions is not None else []
+    if len(labels) >= 2:
+        if n > len(labels):
+            comp = variance_components(d, list(sessions))
+            if comp["sd_between"] > 0:
+                unit = "session"
+                u = np.array(comp["session_means"])
+                unit_note = (f"the session is the unit: {len(labels)} engine sessions whose mean log ratios differ "
+                             f"(between-session sd {comp['sd_between']:.4g}, within {comp['sd_within']:.4g}, "
+                             f"F-test p {comp['f_p']:.3g})")
+            else:
+                unit_note = (f"{len(labels)} engine sessions whose means do not differ beyond the repeats' noise "
+                             f"(between-session sd estimate 0): the repeat is the unit")
+        else:
+            unit = "session"  # one repeat per session: the repeats are the sessions
+    m = len(u)
+    base = dict(a=a, b=b, metric=metric, n_pairs=n, test=_test_text(m, alpha, unit), wins_a=wins_a, wins_b=wins_b,
+                ties=ties, alpha=alpha, higher_is_better=higher_is_better, sign_note=_no_df_note(m, unit),
+                unit=unit, n_units=m, components=comp)
     if n == 0:
         return Paired(effect=None, ci95=None, p_value=None, sign_p=None, mde=None, verdict="no claim",
                       p_adjusted=None, note="no pairs", **base)
     effect = float(np.mean((av - bv) / bv))
-    mean = float(np.mean(d))
-    sign_p = float(stats.binomtest(wins_a, wins_a + wins_b, 0.5).pvalue) if wins_a + wins_b else 1.0
+    mean = float(np.mean(u))
+    ua = int(((u > 0) if higher_is_better else (u < 0)).sum())
+    ub = int(((u < 0) if higher_is_better else (u > 0)).sum())
+    sign_p = float(stats.binomtest(ua, ua + ub, 0.5).pvalue) if ua + ub else 1.0
     common = dict(effect=effect, ratio_effect=math.expm1(mean), mean_log=mean, sign_p=sign_p,
-                  perm_p=_perm_p(d), **base)
-    if n < 2:
+                  perm_p=_perm_p(u), **base)
+    if m < 2:
         return Paired(ci95=None, p_value=None, mde=None, verdict="no claim", p_adjusted=None,
-                      note="fewer than 2 pairs: no interval", **common)
-    sd = float(np.std(d, ddof=1))
-    note = None
+                      note=f"fewer than 2 {unit}s: no interval", **common)
+    sd = float(np.std(u, ddof=1))
+    notes = [unit_note] if unit_note else []
     if sd == 0.0:
-        # Every pair gave the same ratio: the t statistic is undefined; its limit is used.
+        # Every unit gave the same ratio: the t statistic is undefined; its limit is used.
         p = 1.0 if mean == 0.0 else 0.0
-        note = "every pair gave the same ratio: zero spread, the interval is a point"
+        notes.append(f"every {unit} gave the same ratio: zero spread, the interval is a point")
     else:
-        p = float(stats.ttest_1samp(d, 0.0).pvalue)
-    ci = _interval(mean, sd, n, 1 - alpha)
-    mde = math.expm1(stats.t.ppf(1 - alpha / 2, n - 1) * sd / math.sqrt(n))
+        p = float(stats.ttest_1samp(u, 0.0).pvalue)
+    ci = _interval(mean, sd, m, 1 - alpha)
+    mde = math.expm1(stats.t.ppf(1 - alpha / 2, m - 1) * sd / math.sqrt(m))
     finding = p < alpha
     return Paired(ci95=ci, p_value=p, mde=mde, verdict="finding" if finding else "not significant",
-                  p_adjusted=p, sd_log=sd, ci_level=1 - alpha, note=note,
+                  p_adjusted=p, sd_log=sd, ci_level=1 - alpha, note="; ".join(notes) or None,
                   better=(_better(mean, a, b, higher_is_better) if finding else None), **common)
 
 
@@ -209,7 +244,7 @@ def holm(results: list[Paired]) -> list[Paired]:
             level = 1 - alpha
         ci = res.ci95
         if res.sd_log is not None and res.sd_log > 0:
-            ci = _interval(res.mean_log, res.sd_log, res.n_pairs, level)
+            ci = _interval(res.mean_log, res.sd_log, res.n_units or res.n_pairs, level)
         note = res.note
         if m > 1:
             note = ((note + "; ") if note else "") + (

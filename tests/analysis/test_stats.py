@@ -184,3 +184,26 @@ def test_cli_plan_from_the_h200_run(tmp_path):
     assert bad.returncode == 2 and "not a number" in bad.stderr and "Traceback" not in bad.stderr
     bad = subprocess.run(cmd[:6] + [str(tmp_path)], capture_output=True, text=True, timeout=120)
     assert bad.returncode == 2 and "not a run directory" in bad.stderr
+
+
+def test_sessions_that_differ_make_the_session_the_unit():
+    # three sessions, three repeats each; the sessions' mean log ratios differ far beyond the repeats' noise
+    d = [0.00, 0.01, 0.02, 0.20, 0.21, 0.22, 0.10, 0.11, 0.12]
+    a, b = _from_logs(d)
+    sess = [1, 1, 1, 2, 2, 2, 3, 3, 3]
+    r = paired(a, b, a=1, b=2, metric="m", sessions=sess)
+    assert r.unit == "session" and r.n_units == 3 and r.n_pairs == 9
+    # by hand: the t-test over the session means 0.01, 0.21, 0.11 (mean 0.11, sd 0.1, t = 0.11 / (0.1/sqrt 3))
+    t = 0.11 / (0.1 / math.sqrt(3))
+    assert r.p_value == pytest.approx(1 - t / math.sqrt(2 + t * t), rel=1e-9)  # the df-2 t CDF in closed form
+    assert r.verdict == "not significant"  # over 9 pooled repeats it would be a finding
+    assert paired(a, b, a=1, b=2, metric="m").verdict == "finding"
+    assert "session is the unit" in r.note and r.components["sd_between"] > r.components["sd_within"]
+    # sessions that do not differ: the repeat stays the unit
+    same = paired(*_from_logs([0.0, 0.2, 0.1, 0.1, 0.0, 0.2]), a=1, b=2, metric="m", sessions=[1, 1, 1, 2, 2, 2])
+    assert same.unit == "repeat" and same.n_units == 6
+    # Holm keeps the unit's n for the adjusted interval
+    adj = holm([r, paired(*_from_logs([0.1, -0.1, 0.05, 0.0]), a=3, b=4, metric="m")])  # neither rejected: 97.5%
+    assert adj[0].n_units == 3 and adj[0].ci95[0] < r.ci95[0]
+    with pytest.raises(ValueError):
+        paired(a, b, a=1, b=2, metric="m", sessions=[1, 2])

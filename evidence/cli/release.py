@@ -45,12 +45,15 @@ Runs every check, every time ({len(CHECK_IDS)} checks with stable ids): paths (l
 '..', absolute, backslashes, names colliding after NFC/case folding), completeness both ways
 (missing and unexpected files), fixity of payload and tag files (the tag manifest is required),
 bag-info and Payload-Oxum, canonical release.json that agrees with the manifests, provenance
-statements, the git tag (exists, annotated, peels to the commit it names, message carries the
-manifest digests, files equal the tagged commit's blobs) when the release sits in a git
-repository (or --repo is given), and regeneration of analysis, figures and report from
-data/raw compared byte for byte (for a PNG that differs: whether the pixels match and which
-render-environment versions differ). A .tar is checked member by member before anything is
-extracted, into a temporary folder.
+statements, the git tag (annotated, peels to the commit it names, message carries the manifest
+digests, files equal the tagged commit's blobs) when the release sits in a git repository (or --repo
+is given), and regeneration of analysis, figures and report from data/raw compared byte for byte
+(for a PNG that differs: whether the pixels match and which render-environment versions differ).
+Regeneration uses the release's own code: the wheel it carries (in an isolated environment built
+from its lock when this one differs), or for older releases the commit that froze them; the report
+says which. A tag absent from this clone is not tampering: it is reported prominently ("tag binding
+not checked"), and fails only with --require-tag. A .tar is checked member by member before
+anything is extracted, into a temporary folder.
 
 Exit 0: valid. 1: a check failed. 2: could not verify (not a release, unreadable)."""
 
@@ -114,6 +117,8 @@ def print_report(rep: VerifyReport, console: Console) -> None:
     if rep.regen_env is not None:
         console.print(f"regenerated with: {escape(printable(rep.regen_env['describe']))}"
                       + (f" [bold red](could not: {escape(printable(rep.regen_env['error']))})[/]" if rep.regen_env.get("error") else ""))
+    for note in rep.notes:
+        console.print(f"[bold yellow]NOTE[/]: {escape(printable(note))}")
     counts = {s: sum(1 for c in rep.checks if c.status == s) for s in ("pass", "fail", "skip")}
     if rep.ok:
         console.print(f"[bold green]VALID[/]: {counts['pass']} checks passed, {counts['skip']} skipped, none failed.")
@@ -164,6 +169,8 @@ def register(app: typer.Typer) -> None:
         as_json: bool = typer.Option(False, "--json", help="Print every check as JSON (machine-readable)."),
         no_regen: bool = typer.Option(False, "--no-regen", help="Skip regenerating analysis, figures and report (reported as skipped)."),
         repo: Optional[Path] = typer.Option(None, "--repo", help="Check the git tag in this repository (default: the one holding PATH, if any)."),
+        require_tag: bool = typer.Option(False, "--require-tag", help="Fail when the release's tag is not in the "
+                                         "repository (by default an absent tag is reported, not failed: tags do not travel with every clone)."),
         regen_env: str = typer.Option("auto", "--regen-env", help="Regenerate with the release's own code ('auto': its "
                                       "wheel, or the commit that froze it) or with this code ('current')."),
     ) -> None:
@@ -171,9 +178,10 @@ def register(app: typer.Typer) -> None:
         try:
             if bars is not None:
                 with bars.bar:
-                    rep = do_verify(path, repo=repo, regen=not no_regen, regen_env=regen_env, phases=bars)
+                    rep = do_verify(path, repo=repo, regen=not no_regen, regen_env=regen_env, phases=bars,
+                                    require_tag=require_tag)
             else:
-                rep = do_verify(path, repo=repo, regen=not no_regen, regen_env=regen_env)
+                rep = do_verify(path, repo=repo, regen=not no_regen, regen_env=regen_env, require_tag=require_tag)
         except ReleaseError as e:
             if as_json:
                 sys.stdout.write(dumps({"path": printable(str(path)), "ok": False, "exit_code": e.code, "error": str(e)}))

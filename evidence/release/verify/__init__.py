@@ -20,12 +20,14 @@ __all__ = ["CHECK_IDS", "CHECKS", "CheckResult", "VerifyReport", "verify"]
 
 
 def verify(path: str | Path, *, repo: Any = None, regen: bool = True, workers: int | None = None,
-           progress: Progress | None = None, regen_env: str = "auto", phases: Phases | None = None) -> VerifyReport:
+           progress: Progress | None = None, regen_env: str = "auto", phases: Phases | None = None,
+           require_tag: bool = False) -> VerifyReport:
     """Run every check on a release folder or a release .tar; returns the report (never raises for a
     failed check). Raises ReleaseError (exit 2) when the path cannot be verified at all.
 
     regen_env: "auto" regenerates with the release's own regenerator (see release/regenerator.py),
-    "current" with this code. phases: where progress goes (one bar per phase)."""
+    "current" with this code. phases: where progress goes (one bar per phase). require_tag: a release
+    tag absent from the repository (or no repository) fails git.tag instead of passing with a note."""
     if regen_env not in ENV_MODES:
         raise ReleaseError(f"unknown regeneration environment {regen_env!r}; known: {', '.join(ENV_MODES)}.")
     path = Path(path)
@@ -48,7 +50,7 @@ def verify(path: str | Path, *, repo: Any = None, regen: bool = True, workers: i
         try:
             ctx = VerifyContext(root, path.resolve(), repo=repo, regen=regen, workers=workers, progress=progress,
                                 archive_problems=archive_problems, is_archive=is_archive, regen_env=regen_env,
-                                phases=phases)
+                                phases=phases, require_tag=require_tag)
         except OSError as e:
             raise ReleaseError(f"could not read {path} ({e}).")
         results = []
@@ -65,7 +67,7 @@ def verify(path: str | Path, *, repo: Any = None, regen: bool = True, workers: i
         finally:
             ctx.close()
         env = ctx.regen_result()[0].as_dict() if ctx.regen_started else None
-        return VerifyReport(str(path), str(root) if root is not None and not is_archive else None, ctx.tag, results, env)
+        return VerifyReport(str(path), str(root) if root is not None and not is_archive else None, ctx.tag, results, env, ctx.notes)
     finally:
         if tmp is not None:
             tmp.cleanup()

@@ -13,11 +13,17 @@ from evidence.release.layout import MANIFEST, RELEASE_JSON, TAGMANIFEST, Finding
 from evidence.release.verify.context import SKIP_NO_META, VerifyContext, check, result
 
 
+NOT_HERE = "tag binding not checked: tag not present here; git fetch --tags"
+NO_REPO = "tag binding not checked: not in a git repository (pass --repo to check against one)"
+
+
 def _git_skip(c: VerifyContext) -> tuple[str, str, list[Finding]] | None:
     if c.repo_error:
         return "fail", c.repo_error, [Finding(str(c.source), "a git repository", c.repo_error)]
     if c.repo is None:
-        return "skip", "not in a git repository (pass --repo to check against one)", []
+        if c.require_tag:
+            return "fail", f"--require-tag: {NO_REPO}", [Finding(str(c.source), "a git repository holding the tag", "none")]
+        return "skip", NO_REPO, []
     if not c.tag:
         return SKIP_NO_META
     return None
@@ -49,9 +55,16 @@ def _peeled(c: VerifyContext) -> Any:
 @check("git.tag", "the release tag exists in the repository")
 def git_tag(c: VerifyContext):
     if (s := _git_skip(c)):
+        if c.repo is None and not c.repo_error and not c.require_tag:
+            c.notes.append(NO_REPO)
         return s
-    return result([] if _tag_obj(c) is not None else [Finding(f"refs/tags/{c.tag}", "a tag", "missing")],
-                  f"tag {c.tag} exists", f"tag {c.tag} is missing")
+    if _tag_obj(c) is not None:
+        return "pass", f"tag {c.tag} exists", []
+    # tags do not travel with every clone or submission: an absent tag is not tampering, unless required
+    if c.require_tag:
+        return "fail", f"tag {c.tag} is missing (--require-tag)", [Finding(f"refs/tags/{c.tag}", "a tag", "missing")]
+    c.notes.append(f"{NOT_HERE} (tag {c.tag})")
+    return "pass", f"{NOT_HERE} (tag {c.tag}; --require-tag makes this a failure)", []
 
 
 @check("git.annotated", "the tag is annotated (a tag object), not lightweight")

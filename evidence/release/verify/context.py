@@ -55,6 +55,7 @@ class VerifyReport:
     tag: str | None
     checks: list[CheckResult]
     regen_env: dict | None = None  # which code and interpreter regenerated (RegenEnv.as_dict()), when regeneration ran
+    notes: list[str] = field(default_factory=list)  # what was not checked, said beside the verdict
 
     @property
     def failed(self) -> list[CheckResult]:
@@ -74,7 +75,7 @@ class VerifyReport:
     def as_dict(self) -> dict:
         counts = {s: sum(1 for c in self.checks if c.status == s) for s in ("pass", "fail", "skip")}
         return printable_tree({"path": self.path, "release_dir": self.release_dir, "tag": self.tag, "ok": self.ok,
-                               "exit_code": self.exit_code, "counts": counts, "regen_env": self.regen_env,
+                               "exit_code": self.exit_code, "counts": counts, "regen_env": self.regen_env, "notes": self.notes,
                                "checks": [c.as_dict() for c in self.checks]})
 
 
@@ -83,8 +84,10 @@ class VerifyContext:
 
     def __init__(self, root: Path | None, source: Path, *, repo: Any, regen: bool, workers: int | None,
                  progress: Progress | None, archive_problems: list[Finding] | None, is_archive: bool,
-                 regen_env: str = "auto", phases: Phases | None = None):
+                 regen_env: str = "auto", phases: Phases | None = None, require_tag: bool = False):
         self.root, self.source, self.regen_enabled = root, source, regen
+        self.require_tag = require_tag
+        self.notes: list[str] = []  # said prominently beside the verdict (e.g. the tag binding was not checked)
         self.workers, self.phases = workers, phases or NoPhases()
         self.progress = progress or _bytes_phase(self.phases, "checksums", "checksums")
         self.archive_problems, self.is_archive = archive_problems, is_archive

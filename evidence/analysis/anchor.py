@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from evidence.canon import read_json
+from evidence.rundir import INTERLEAVED, INTERLEAVED_COMMAND, SUMMARY, TRIALS
 
 # (our summary path, anchor result key, label); latencies in ms, throughput in tok/s
 FIELDS = (
@@ -37,7 +38,7 @@ def _get(d: Any, path: tuple[str, ...]) -> float | None:
 def _anchor_result(folder: Path) -> dict | None:
     # rglob: a relative --result-dir lands below the folder (the anchor runs with the folder as cwd)
     for p in sorted(folder.rglob("*.json")):
-        if p.name == "command.json":
+        if p.name == INTERLEAVED_COMMAND:
             continue
         try:
             obj = json.loads(p.read_text(encoding="utf-8"))
@@ -51,14 +52,14 @@ def _anchor_result(folder: Path) -> dict | None:
 def anchor_comparison(run_dir: Path) -> dict | None:
     """Per-trial and per-point ratios ours/anchor, or None when nothing was interleaved."""
     run_dir = Path(run_dir)
-    idir = run_dir / "interleaved"
+    idir = run_dir / INTERLEAVED
     if not idir.is_dir():
         return None
     rows = []
     for folder in sorted(p for p in idir.iterdir() if p.is_dir()):
-        cmd = read_json(folder / "command.json") if (folder / "command.json").exists() else {}
+        cmd = read_json(folder / INTERLEAVED_COMMAND) if (folder / INTERLEAVED_COMMAND).exists() else {}
         tid = cmd.get("trial", folder.name)
-        ours_p = run_dir / "trials" / tid / "summary.json"
+        ours_p = run_dir / TRIALS / tid / SUMMARY
         ours = read_json(ours_p) if ours_p.exists() else None
         anc = _anchor_result(folder)
         point = cmd.get("point")

@@ -7,6 +7,7 @@ from pathlib import Path
 import typer
 
 from evidence.canon import dumps
+from evidence.rundir import RUN_JSON
 
 
 def register(app: typer.Typer) -> None:
@@ -36,7 +37,7 @@ def register(app: typer.Typer) -> None:
             run = do_import(files, out, name=name)
         except InteropError as e:
             fail(str(e))
-        info = read_json(run / "run.json")
+        info = read_json(run / RUN_JSON)
         if as_json:
             console.print(dumps({"run": str(run), **info}), markup=False)
             return

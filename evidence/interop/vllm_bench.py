@@ -35,7 +35,7 @@ import numpy as np
 from evidence.canon import dumps, write_atomic, write_json
 from evidence.metrics import distribution_ms, pct_key, trial_metrics
 from evidence.records import RequestRecord, read_records, write_records
-from evidence.rundir import RunDir
+from evidence.rundir import META, REQUESTS, RunDir, SUMMARY
 from evidence.spec.model import spec_from_json, spec_to_json
 
 MAX_FILE_BYTES = 1 << 30  # a --save-detailed file of 1M requests is ~200 MB; refuse anything absurd
@@ -204,8 +204,8 @@ def import_vllm_bench(paths: Sequence[Path], out: Path, *, name: str | None = No
         recs = _records(f)
         d = rd.trials_dir / t["id"]
         d.mkdir(parents=True)
-        write_records(d / "requests.jsonl", recs)
-        write_json(d / "meta.json", {"trial": {k: t[k] for k in ("index", "repeat", "point", "position",
+        write_records(d / REQUESTS, recs)
+        write_json(d / META, {"trial": {k: t[k] for k in ("index", "repeat", "point", "position",
                                                                  "prompts", "seed", "id")},
                                      "client": {"name": "vllm bench serve", "max_concurrency": f.point,
                                                 "request_rate": f.data.get("request_rate")},
@@ -214,7 +214,7 @@ def import_vllm_bench(paths: Sequence[Path], out: Path, *, name: str | None = No
                                                          if not isinstance(v, list)}})
         summary = trial_metrics(recs, spec.analysis.percentiles)
         summary["trial_id"] = t["id"]
-        write_json(d / "summary.json", summary)
+        write_json(d / SUMMARY, summary)
     write_json(rd.plan_json, {"order": "imported", "note": "trials in the files' order in time; repeat k of a point "
                               "is its k-th file in time", "trials": trials})
     write_json(rd.run_json, {"run_id": out.name, "spec_name": spec.name,
@@ -292,11 +292,11 @@ def export_vllm_bench(run_dir: Path, out_dir: Path) -> list[Path]:
     written = []
     for t in plan["trials"]:
         d = rd.trials_dir / str(t["id"])
-        if not (d / "summary.json").is_file():
+        if not (d / SUMMARY).is_file():
             continue
-        meta = json.loads((d / "meta.json").read_text(encoding="utf-8")) if (d / "meta.json").is_file() else {}
+        meta = json.loads((d / META).read_text(encoding="utf-8")) if (d / META).is_file() else {}
         meta.setdefault("trial", t)
-        res = trial_as_vllm_result(read_records(d / "requests.jsonl"), meta, spec, spec.analysis.percentiles)
+        res = trial_as_vllm_result(read_records(d / REQUESTS), meta, spec, spec.analysis.percentiles)
         p = out_dir / f"{rd.id}-{t['id']}.json"
         write_atomic(p, dumps(res))
         written.append(p)

@@ -20,6 +20,7 @@ from rocrate.model.softwareapplication import SoftwareApplication
 from rocrate.rocrate import ROCrate
 
 from evidence.canon import dumps
+from evidence.rundir import META, PROVENANCE_JSON, SPEC_RESOLVED, SUMMARY, TRIALS
 
 PROCESS_RUN_CRATE = "https://w3id.org/ro/wfrun/process/0.5"
 CRATE_NAME = "ro-crate-metadata.json"
@@ -53,8 +54,8 @@ def crate_json(payload: Path, *, tag: str, title: str, date_unix: int, runs: Ite
     engines: dict[str, SoftwareApplication] = {}
     for run in sorted(runs):
         raw = payload / "raw" / run
-        spec = _read_json(raw / "spec.resolved.json")
-        prov = _read_json(raw / "provenance.json")
+        spec = _read_json(raw / SPEC_RESOLVED)
+        prov = _read_json(raw / PROVENANCE_JSON)
         eng = prov.get("engine") or {}
         key = f"#engine-{eng.get('kind', 'unknown')}-{eng.get('version', 'unknown')}"
         if key not in engines:
@@ -63,10 +64,10 @@ def crate_json(payload: Path, *, tag: str, title: str, date_unix: int, runs: Ite
                 "softwareVersion": str(eng.get("version", "unknown"))}))
         spec_file = crate.add_file(dest_path=f"raw/{run}/spec.yaml", properties={
             "name": f"experiment spec of run {run}", "encodingFormat": "application/yaml"})
-        for d in sorted((raw / "trials").glob("*/")):
-            if not (d / "summary.json").is_file():
+        for d in sorted((raw / TRIALS).glob("*/")):
+            if not (d / SUMMARY).is_file():
                 continue
-            meta = _read_json(d / "meta.json")
+            meta = _read_json(d / META)
             results = [crate.add_file(dest_path=f"raw/{run}/trials/{d.name}/{f.name}")
                        for f in sorted(d.iterdir()) if f.is_file()]
             props = {"@type": "CreateAction", "name": f"trial {d.name} of run {run}",

@@ -22,6 +22,7 @@ from evidence.records import read_records
 from evidence.spec.model import Spec, spec_from_json
 from evidence.traces.load import load_trace
 from evidence.traces.model import TraceError
+from evidence.rundir import ENGINE, META, PROFILE, REQUESTS, SPEC_RESOLVED
 
 TRACE_NAMES = (".pt.trace.json", ".pt.trace.json.gz", ".json.gz", ".json", ".sqlite")
 
@@ -35,7 +36,7 @@ def rules_from_spec(spec: Spec) -> tuple[pa.FamilyRule, ...]:
 
 def _budget(run_dir: Path) -> tuple[int | None, str]:
     """The token budget the PROFILING server resolved (the last resolved*.json written)."""
-    eng = run_dir / "engine"
+    eng = run_dir / ENGINE
     files = sorted(eng.glob("resolved*.json"), key=lambda p: (len(p.name), p.name))
     for f in reversed(files):
         v = read_json(f).get("max_num_batched_tokens", {})
@@ -56,15 +57,15 @@ def tokens_in_window(records, t0_unix: float, lo_ns: int, hi_ns: int) -> int:
 
 
 def _trace_files(folder: Path) -> list[Path]:
-    return sorted(p for p in folder.iterdir() if p.is_file() and p.name.endswith(TRACE_NAMES) and p.name != "meta.json")
+    return sorted(p for p in folder.iterdir() if p.is_file() and p.name.endswith(TRACE_NAMES) and p.name != META)
 
 
 def analyze_profile(run_dir: Path) -> dict[str, Any] | None:
     """Analyses of every profiled point, or None when the run has no profile."""
-    pdir = Path(run_dir) / "profile"
+    pdir = Path(run_dir) / PROFILE
     if not (pdir / "profile.json").exists():
         return None
-    spec = spec_from_json((Path(run_dir) / "spec.resolved.json").read_text(encoding="utf-8"))
+    spec = spec_from_json((Path(run_dir) / SPEC_RESOLVED).read_text(encoding="utf-8"))
     info = read_json(pdir / "profile.json")
     rules = rules_from_spec(spec)
     budget, budget_src = _budget(Path(run_dir))
@@ -72,8 +73,8 @@ def analyze_profile(run_dir: Path) -> dict[str, Any] | None:
     for entry in info.get("points", []):
         point = entry["point"]
         folder = pdir / f"c{point}"
-        meta = read_json(folder / "meta.json")
-        records = read_records(folder / "requests.jsonl")
+        meta = read_json(folder / META)
+        records = read_records(folder / REQUESTS)
         files = _trace_files(folder)
         res: dict[str, Any] = {"point": point, "prompts": meta.get("prompts"), "trace_files": [f.name for f in files]}
         if not files:

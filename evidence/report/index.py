@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import base64
 import io
+import os
 from pathlib import Path
 from typing import Any
 
@@ -211,3 +212,25 @@ def render_index(release_runs: list[dict], compare: dict | None, out: Path, *, t
         write_atomic(out / fname, env.get_template(tname).render(**ctx))
         written.append(out / fname)
     return written + ([out / INDEX_FIGURE] if png else [])
+
+
+def render_release_index(release_dir: Path, out: Path | None = None, *, title: str | None = None) -> list[Path]:
+    """The index of a release folder (or a staging folder with the same layout): reads release.json's runs,
+    data/analysis/<id>/analysis.json, and compares the runs from data/raw/ when there are exactly two; writes
+    next to data/report/ (default out: <release>/data) so that the report links are report/<id>/report.html."""
+    import json
+
+    from evidence.analysis.compare import compare_runs
+
+    release_dir = Path(release_dir)
+    out = Path(out) if out is not None else release_dir / "data"
+    meta = json.loads((release_dir / "release.json").read_text(encoding="utf-8"))
+    ids = [r["id"] for r in meta["runs"]]
+    runs = []
+    for rid in ids:
+        analysis = json.loads((release_dir / "data" / "analysis" / rid / "analysis.json").read_text(encoding="utf-8"))
+        href = Path(os.path.relpath(release_dir / "data" / "report" / rid / "report.html", out)).as_posix()
+        runs.append(index_entry(rid, analysis, href))
+    cmp = (json.loads(json.dumps(compare_runs(release_dir / "data" / "raw" / ids[0], release_dir / "data" / "raw" / ids[1])))
+           if len(ids) == 2 else None)
+    return render_index(runs, cmp, out, title=title or meta.get("tag"))

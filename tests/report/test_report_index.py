@@ -88,3 +88,24 @@ def test_no_run_has_a_point(tmp_path: Path) -> None:
     files = render_index([run], None, tmp_path)
     assert [f.name for f in files] == ["index.md", "index.html"]  # no figure when nothing was measured
     assert "| C1 |" in files[0].read_text() or "n/a" in files[0].read_text()
+
+
+def test_release_folder_index(release: dict, tmp_path: Path) -> None:
+    """render_release_index reads what freeze lays out and gives the same bytes as the in-memory call."""
+    import shutil
+
+    from evidence.analysis.analyze import analyze_run
+    from evidence.report.index import render_release_index
+
+    rel = tmp_path / "demo-v1"
+    for rid in ("canonical", "cleanroom"):
+        shutil.copytree(release["root"] / rid, rel / "data" / "raw" / rid,
+                        ignore=shutil.ignore_patterns("analysis", "figures", "report"))
+        analyze_run(rel / "data" / "raw" / rid, rel / "data" / "analysis" / rid)
+    (rel / "release.json").write_text(json.dumps({"tag": "demo-v1: two runs",
+                                                  "runs": [{"id": "canonical"}, {"id": "cleanroom"}]}))
+    files = render_release_index(rel)
+    assert [f.relative_to(rel).as_posix() for f in files] == ["data/index.md", "data/index.html",
+                                                               f"data/{INDEX_FIGURE}"]
+    for f in files:
+        assert f.read_bytes() == (release["out"] / f.name).read_bytes(), f.name

@@ -40,7 +40,8 @@ def comparison_line(c: dict, *, named: bool = True) -> str:
     n = st.get("n_pairs", c.get("pairs", 0))
     if not n:
         return f"{name}{verdict or 'no paired repeats'}."
-    wins = f"{A} won {c.get('wins_a', st.get('wins_a', 0))} of {n} paired repeat(s)"
+    unit = "session" if c.get("unit") == "session" else "repeat"  # the analysis pairs sessions when they differ
+    wins = f"{A} won {c.get('wins_a', st.get('wins_a', 0))} of {n} paired {unit}(s)"
     effect = st.get("effect", c.get("mean_diff"))
     ci = st.get("ci95")
     if isinstance(ci, (list, tuple)) and len(ci) == 2 and None not in ci:

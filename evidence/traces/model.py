@@ -42,6 +42,8 @@ __all__ = [
     "Range",
     "Trace",
     "NUMERIC_COLUMNS",
+    "CHECKED_INT32",
+    "check_int32",
     "STRING_COLUMNS",
     "COLUMNS",
     "STEP_PATTERN",
@@ -62,10 +64,11 @@ class TraceError(Exception):
 
 
 # Numeric columns and their dtypes. int32 where values are small by nature (grid,
-# block, registers), int64 for times and ids; this keeps a row near 110 bytes.
+# block, registers, shared memory, stream ids, and the 24-bit process and thread
+# ids), int64 for times and the other ids; this keeps a row at 113 bytes.
 NUMERIC_COLUMNS: dict[str, np.dtype] = {
     "device": np.dtype(np.int32),
-    "stream": np.dtype(np.int64),
+    "stream": np.dtype(np.int32),
     "start_ns": np.dtype(np.int64),
     "end_ns": np.dtype(np.int64),
     "grid_x": np.dtype(np.int32),
@@ -75,21 +78,29 @@ NUMERIC_COLUMNS: dict[str, np.dtype] = {
     "block_y": np.dtype(np.int32),
     "block_z": np.dtype(np.int32),
     "regs": np.dtype(np.int32),
-    "smem_bytes": np.dtype(np.int64),
+    "smem_bytes": np.dtype(np.int32),
     "corr_id": np.dtype(np.int64),
     "graph_id": np.dtype(np.int64),
     "graph_node_id": np.dtype(np.int64),
     "is_graph": np.dtype(np.bool_),
-    "pid": np.dtype(np.int64),
-    "tid": np.dtype(np.int64),
+    "pid": np.dtype(np.int32),
+    "tid": np.dtype(np.int32),
     "launch_ns": np.dtype(np.int64),
 }
+# int32 columns that were int64 before: values that do not fit are refused, never wrapped.
+CHECKED_INT32 = ("stream", "smem_bytes", "pid", "tid")
 STRING_COLUMNS: tuple[str, ...] = ("source", "name", "short_name", "launch_api")
 COLUMNS: tuple[str, ...] = (
     "source", "device", "stream", "start_ns", "end_ns", "name", "short_name",
     "grid_x", "grid_y", "grid_z", "block_x", "block_y", "block_z", "regs", "smem_bytes",
     "corr_id", "graph_id", "graph_node_id", "is_graph", "launch_api", "pid", "tid", "launch_ns",
 )
+
+
+def check_int32(col: str, arr: np.ndarray) -> None:
+    """ValueError if an integer column holds values an int32 cannot (they would wrap silently)."""
+    if arr.dtype.itemsize > 4 and len(arr) and (int(arr.min()) < -2**31 or int(arr.max()) >= 2**31):
+        raise ValueError(f"column {col} holds values outside the 32-bit range ({int(arr.min())}..{int(arr.max())})")
 
 
 class KernelTable:
@@ -112,6 +123,8 @@ class KernelTable:
         self._num: dict[str, np.ndarray] = {}
         for col, dt in NUMERIC_COLUMNS.items():
             arr = numeric.get(col)
+            if arr is not None and col in CHECKED_INT32:
+                check_int32(col, np.asarray(arr))
             self._num[col] = np.full(n, -1, dtype=dt) if arr is None else np.asarray(arr).astype(dt, copy=False)
             if col == "is_graph" and arr is None:
                 self._num[col] = np.zeros(n, dtype=np.bool_)

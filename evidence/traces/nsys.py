@@ -8,15 +8,18 @@ filled with -1 and named in the trace's notes.
 
 from __future__ import annotations
 
+import os
 import sqlite3
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Sequence
+from urllib.parse import quote
 
 import numpy as np
 
 from evidence.traces.model import (
-    NUMERIC_COLUMNS, KernelTable, Range, Trace, TraceError, graph_mask, normalize_launch_api, short_kernel_name,
-    steps_from_ranges,
+    NUMERIC_COLUMNS, KernelTable, Range, Trace, TraceError, check_int32, graph_mask, normalize_launch_api,
+    short_kernel_name, steps_from_ranges,
 )
 
 __all__ = ["load_nsys_sqlite"]
@@ -44,122 +47,18 @@ _NSYS_KERNEL_NUMERIC = (
     ("short_id", "shortName", False),
     ("mangled_id", "mangledName", False),
 )
-_CHUNK = 100_000  # rows per fetchmany: bounds the Python-tuple overhead of a fetch
+_ROWS_PER_READ = 1 << 14  # kernel rows per Arrow read: bounds the memory in flight (~300 bytes a row)
+_WORKERS = 2  # threads reading slices: two already overlap SQLite's work with numpy's
+_WIDE_IDS = 2**31 - 2  # string ids above this do not fit the int32 code arrays they pass through
 
 
 def _table_columns(con: sqlite3.Connection, table: str) -> set[str]:
     return {r[1] for r in con.execute(f'PRAGMA table_info("{table}")')}
 
 
-def _fetch_int_columns(con: sqlite3.Connection, sql: str, ncols: int, nrows: int | None = None) -> np.ndarray:
-    """Run a query whose columns are all integers (NULLs already COALESCEd) into an (n, ncols) int64 array.
-
-    Fetched in chunks so the transient Python objects stay bounded; each chunk is
-    converted by numpy in C.
-    """
-    cur = con.execute(sql)
-    if nrows is not None:
-        out = np.empty((nrows, ncols), dtype=np.int64)
-        pos = 0
-        while True:
-            rows = cur.fetchmany(_CHUNK)
-            if not rows:
-                break
-            k = len(rows)
-            if pos + k > nrows:  # table grew under us; fall back to appending
-                out = np.concatenate([out[:pos], np.array(rows, dtype=np.int64).reshape(k, ncols)])
-                pos += k
-                continue
-            out[pos:pos + k] = np.array(rows, dtype=np.int64).reshape(k, ncols)
-            pos += k
-        return out[:pos]
-    parts = []
-    while True:
-        rows = cur.fetchmany(_CHUNK)
-        if not rows:
-            break
-        parts.append(np.array(rows, dtype=np.int64).reshape(len(rows), ncols))
-    return np.concatenate(parts) if parts else np.zeros((0, ncols), dtype=np.int64)
-
-
-def _fetch_packed(con: sqlite3.Connection, table: str, exprs: Sequence[str | None], nrows: int,
-                  dtypes: Sequence[np.dtype] | None = None) -> list[np.ndarray]:
-    """Integer SQL expressions over a table as int64 columns, NULL (or a None expr) -> -1.
-
-    sqlite3 builds a Python int per value and a tuple per row, which is nearly all
-    of the cost of a fetch. So a first pass takes each expression's range, and the
-    second fetches the expressions shifted to start at 1 (0 = NULL) and bit-packed,
-    several to a 62-bit word; numpy unpacks them. Exact for any values: an
-    expression whose range needs more than 62 bits is fetched as it is. Falls back
-    to a plain fetch if a column holds non-integers.
-    """
-    out = _LazyMissing(nrows, len(exprs), dtypes)
-    live = [(i, e) for i, e in enumerate(exprs) if e is not None]
-    if nrows == 0 or not live:
-        return out.done()
-    agg = ", ".join(f"min({e}), max({e})" for _, e in live)
-    bounds = con.execute(f"SELECT {agg} FROM {table}").fetchone()
-    if not all(b is None or isinstance(b, int) for b in bounds):
-        raw = _fetch_int_columns(con, f"SELECT {', '.join(f'COALESCE({e}, -1)' for _, e in live)} FROM {table}", len(live), nrows)
-        for j, (i, _) in enumerate(live):
-            out[i] = raw[:, j]
-        return out.done()
-    words: list[list[tuple[int, int, int, int]]] = []  # per word: (column, lo, width, shift)
-    raw_cols: list[tuple[int, str]] = []
-    used = 63
-    for j, (i, e) in enumerate(live):
-        lo, hi = bounds[2 * j], bounds[2 * j + 1]
-        if lo is None:  # all NULL
-            continue
-        lo -= 1  # so the smallest value packs as 1 and NULL as 0
-        width = (hi - lo).bit_length()
-        if width > 62 or lo < -(2**63):
-            raw_cols.append((i, e))
-            continue
-        if used + width > 62:
-            words.append([])
-            used = 0
-        words[-1].append((i, lo, width, used))
-        used += width
-    sql = [f"COALESCE({exprs[i]}, -1)" for i, _ in raw_cols]
-    for w in words:
-        sql.append(" | ".join(f"((COALESCE({exprs[i]}, {lo}) - ({lo})) << {sh})" for i, lo, _, sh in w))
-    if not sql:
-        return out.done()
-    data = _fetch_int_columns(con, f"SELECT {', '.join(sql)} FROM {table}", len(sql), nrows)
-    for j, (i, _) in enumerate(raw_cols):
-        out[i] = data[:, j]
-    for k, w in enumerate(words):
-        word = data[:, len(raw_cols) + k]
-        for i, lo, width, sh in w:
-            v = (word >> sh) & ((1 << width) - 1)
-            null = v == 0
-            v += lo
-            v[null] = -1
-            out[i] = v
-    del data
-    return out.done()
-
-
-class _LazyMissing(dict):
-    """Columns by index, cast to their final dtype as they are set (so one int64
-    temporary at a time, not a whole int64 table); unset ones become -1 at the end."""
-
-    def __init__(self, nrows: int, ncols: int, dtypes: Sequence[np.dtype] | None) -> None:
-        super().__init__()
-        self.nrows, self.ncols = nrows, ncols
-        self.dtypes = list(dtypes) if dtypes is not None else [np.dtype(np.int64)] * ncols
-
-    def __setitem__(self, i: int, arr: np.ndarray) -> None:
-        super().__setitem__(i, np.ascontiguousarray(arr, dtype=self.dtypes[i]))
-
-    def done(self) -> list[np.ndarray]:
-        return [self[i] if i in self else np.full(self.nrows, -1, self.dtypes[i]) for i in range(self.ncols)]
-
-
-def _strings_for(con: sqlite3.Connection, ids: np.ndarray) -> dict[int, str]:
-    """StringIds values for the given ids (only the distinct ones are looked up)."""
-    uniq = [int(i) for i in np.unique(ids) if i >= 0]
+def _strings_for(con: sqlite3.Connection, ids: Sequence[int]) -> dict[int, str]:
+    """StringIds values for the given distinct ids."""
+    uniq = [int(i) for i in ids if i >= 0]
     out: dict[int, str] = {}
     for k in range(0, len(uniq), 900):  # stay under SQLite's bound-parameter limit
         chunk = uniq[k:k + 900]
@@ -168,18 +67,132 @@ def _strings_for(con: sqlite3.Connection, ids: np.ndarray) -> dict[int, str]:
     return out
 
 
-def _encode(ids: np.ndarray, lookup: dict[int, str], transform=None) -> tuple[np.ndarray, tuple[str, ...]]:
-    """Map integer string ids to dense codes into a tuple of distinct strings."""
-    uniq, inverse = np.unique(ids, return_inverse=True)
-    values = []
-    for u in uniq:
-        s = lookup.get(int(u), "")
-        values.append(transform(s) if transform else s)
-    # Distinct ids may map to the same string (e.g. after transform): merge them.
+class _Reader:
+    """Integer columns of one SQLite file as numpy arrays, read through connectorx into Arrow.
+
+    sqlite3 builds a Python object per fetched value, which was nearly all of the
+    cost of an ingest; connectorx reads in Rust straight into Arrow buffers, and
+    numpy takes those buffers without a copy. NULL becomes -1, as everywhere in
+    the kernel table.
+    """
+
+    def __init__(self, path: Path) -> None:
+        try:
+            import connectorx
+            import pyarrow
+        except ImportError as e:
+            raise TraceError(
+                f"Reading an Nsight Systems export needs the connectorx and pyarrow packages ({e}); "
+                "install them with `pip install connectorx pyarrow` (they are dependencies of evidence)."
+            ) from None
+        self._cx, self._int64, self._null = connectorx, pyarrow.int64(), pyarrow.null()
+        self.url = "sqlite://" + quote(str(path.resolve()))  # connectorx reads the path from a URL
+
+    def read(self, sql: str) -> list[np.ndarray]:
+        try:
+            t = self._cx.read_sql(self.url, sql, return_type="arrow")
+        except Exception as e:  # connectorx raises plain RuntimeError/ValueError from Rust
+            raise sqlite3.DatabaseError(str(e).splitlines()[0] if str(e) else type(e).__name__) from None
+        return [self._column(t.schema.field(i).name, col) for i, col in enumerate(t.columns)]
+
+    def _column(self, name: str, col) -> np.ndarray:
+        if col.type.equals(self._null) or col.null_count == len(col):
+            return np.full(len(col), -1, np.int64)
+        if not col.type.equals(self._int64):
+            raise sqlite3.DatabaseError(f"column {name} holds {col.type} values, not integers")
+        if not col.null_count:
+            return col.to_numpy()
+        parts = []
+        for chunk in col.chunks:  # NULLs: the validity bitmap, unpacked by numpy (no pyarrow.compute)
+            valid_buf, data_buf = chunk.buffers()
+            off, n = chunk.offset, len(chunk)
+            v = np.frombuffer(data_buf, np.int64, count=off + n)[off:].copy()
+            if valid_buf is not None:
+                bits = np.unpackbits(np.frombuffer(valid_buf, np.uint8), count=off + n, bitorder="little")[off:]
+                v[bits == 0] = -1
+            parts.append(v)
+        return np.concatenate(parts) if len(parts) != 1 else parts[0]
+
+
+class _Launches:
+    """The runtime table, keyed for the kernel join on (globalPid, correlationId).
+
+    The runtime side's globalPid is globalTid & 0xFFFFFFFFFF000000. The process is
+    mapped to a dense index so the pair packs into one int64 and the join is a
+    sort + searchsorted; with no globalPid on the kernel side, correlation ids alone.
+    """
+
+    def __init__(self, cols: list[np.ndarray], corr_only: bool) -> None:
+        """cols: correlationId, globalTid, nameId, start; taken over (emptied) to keep the peak low."""
+        corr, gtid = cols[0], cols[1]
+        mask = np.int64(-0x1000000)  # == 0x...FFFFFF000000 as a signed int64
+        if corr_only:
+            gpid = np.zeros_like(gtid)
+        else:
+            gpid = gtid & mask
+            gpid[gtid < 0] = -1
+        self.corr_only = corr_only
+        self.procs = np.unique(gpid)
+        key = np.searchsorted(self.procs, gpid)
+        del gpid
+        key <<= 32
+        corr &= 0xFFFFFFFF
+        key |= corr
+        del corr
+        order = np.argsort(key, kind="stable")  # first runtime row wins on duplicates
+        self.keys = key[order]
+        del key
+        sorted_cols = []
+        while len(cols) > 1:
+            sorted_cols.append(cols.pop()[order])  # one column copied at a time
+        cols.clear()
+        self.start, self.name_id, self.gtid = sorted_cols
+
+    def match(self, k_corr: np.ndarray, k_gpid: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(hit, index into the sorted runtime rows) for each kernel."""
+        if self.corr_only:
+            k_gpid = np.zeros_like(k_gpid)
+        n = len(self.keys)
+        if n == 0:
+            return np.zeros(len(k_corr), bool), np.zeros(len(k_corr), np.int64)
+        pi = np.searchsorted(self.procs, k_gpid)
+        known = self.procs[np.minimum(pi, len(self.procs) - 1)] == k_gpid
+        k_key = (pi.astype(np.int64) << 32) | (k_corr & 0xFFFFFFFF)
+        pos = np.minimum(np.searchsorted(self.keys, k_key), n - 1)
+        hit = known & (k_corr >= 0) & (self.keys[pos] == k_key)
+        return hit, pos
+
+
+def _used_ids(ids1: np.ndarray) -> np.ndarray:
+    """The distinct values of an array of string ids + 1 (0: none), ascending."""
+    if len(ids1) == 0:
+        return np.zeros(0, np.int64)
+    top = int(ids1.max())
+    if top >= 1 << 26:
+        return np.unique(ids1)
+    seen = np.zeros(top + 1, bool)
+    for a in range(0, len(ids1), _ROWS_PER_READ):  # a slice at a time: no full-length index temporary
+        seen[ids1[a:a + _ROWS_PER_READ]] = True
+    return np.flatnonzero(seen)
+
+
+def _to_codes(ids1: np.ndarray, used: np.ndarray, lookup: dict[int, str], transform=None) -> tuple[str, ...]:
+    """Turn string ids + 1 (0: none), in place, into codes into the sorted distinct strings.
+
+    Distinct ids may map to the same string (e.g. after transform): they share a code.
+    """
+    if len(ids1) == 0:
+        return ("",)
+    values = [lookup.get(int(u) - 1, "") for u in used]
+    if transform:
+        values = [transform(v) for v in values]
     cats = tuple(sorted(set(values)))
     index = {v: i for i, v in enumerate(cats)}
-    remap = np.array([index[v] for v in values], dtype=np.int32)
-    return (remap[inverse] if len(uniq) else np.zeros(len(ids), np.int32)), (cats or ("",))
+    lut = np.zeros(int(used[-1]) + 1, ids1.dtype)
+    lut[used] = [index[v] for v in values]
+    for a in range(0, len(ids1), _ROWS_PER_READ):  # in place, a slice at a time: no second full-length array
+        ids1[a:a + _ROWS_PER_READ] = lut[ids1[a:a + _ROWS_PER_READ]]
+    return cats
 
 
 def load_nsys_sqlite(path: str | Path) -> Trace:
@@ -187,12 +200,13 @@ def load_nsys_sqlite(path: str | Path) -> Trace:
     p = Path(path)
     try:
         con = sqlite3.connect(f"file:{p}?mode=ro", uri=True)
+        con.execute("PRAGMA cache_size = -512")  # 512 KiB: every query here is one pass, none re-reads a page
         tables = {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type IN ('table','view')")}
     except sqlite3.DatabaseError as e:
         raise TraceError(f"{p} is not a readable SQLite database ({e}); re-export it with `nsys export --type sqlite`.") from None
     try:
         return _load_nsys(con, p, tables)
-    except sqlite3.DatabaseError as e:
+    except (sqlite3.DatabaseError, ValueError) as e:
         raise TraceError(
             f"Reading the Nsight Systems export {p} failed ({e}). The file may be truncated or from an "
             "unsupported nsys schema; re-export it with `nsys export --type sqlite`."
@@ -244,85 +258,15 @@ def _load_nsys(con: sqlite3.Connection, p: Path, tables: set[str]) -> Trace:
     if absent:
         notes.append(f"nsys kernel table lacks optional column(s) {', '.join(absent)}: filled with -1.")
 
-    # end is fetched as the duration: a small range, so it packs into few bits.
-    exprs = [("\"end\" - \"start\"" if c == "end" else f'"{c}"') if c in have else None for _, c, _ in _NSYS_KERNEL_NUMERIC]
     nrows = con.execute("SELECT COUNT(*) FROM CUPTI_ACTIVITY_KIND_KERNEL").fetchone()[0]
-    dtypes = [NUMERIC_COLUMNS.get(key, np.dtype(np.int64)) for key, _, _ in _NSYS_KERNEL_NUMERIC]
-    raw = _fetch_packed(con, "CUPTI_ACTIVITY_KIND_KERNEL", exprs, nrows, dtypes)
-    col = {key: raw[i] for i, (key, _, _) in enumerate(_NSYS_KERNEL_NUMERIC)}
-    col["end_ns"] = col["start_ns"] + col["end_ns"]
-    n = nrows
-
-    # Names: demangled if the export has it, else mangled, else short.
-    name_ids = col["name_id"].copy()
-    for alt in ("mangled_id", "short_id"):
-        m = name_ids < 0
-        name_ids[m] = col[alt][m]
-    lookup = _strings_for(con, np.concatenate([name_ids, col["short_id"]]))
-    name_codes, name_cats = _encode(name_ids, lookup)
-    if "shortName" in have:
-        short_codes, short_cats = _encode(col["short_id"], lookup)
-    else:
-        # Derive from the demangled name, the same way the Kineto loader does.
-        short_map = {c: short_kernel_name(c) for c in name_cats}
-        short_cats = tuple(sorted(set(short_map.values()))) or ("",)
-        idx = {v: i for i, v in enumerate(short_cats)}
-        remap = np.array([idx[short_map[c]] for c in name_cats], dtype=np.int32)
-        short_codes = remap[name_codes]
-
-    # Launching API call: join to the runtime table on (process, correlationId).
-    launch_api_codes = np.zeros(n, np.int32)
-    launch_cats: tuple[str, ...] = ("",)
-    pid = np.full(n, -1, np.int64)
-    tid = np.full(n, -1, np.int64)
-    launch_ns = np.full(n, -1, np.int64)
-    gpid = col["gpid"]
-    has_pid = gpid >= 0
-    pid[has_pid] = (gpid[has_pid] >> 24) & 0xFFFFFF
-    if "CUPTI_ACTIVITY_KIND_RUNTIME" in tables and n:
-        rcols = _table_columns(con, "CUPTI_ACTIVITY_KIND_RUNTIME")
-        need = {"correlationId", "nameId", "start"}
-        if need <= rcols:
-            nrt = con.execute("SELECT COUNT(*) FROM CUPTI_ACTIVITY_KIND_RUNTIME").fetchone()[0]
-            rt = np.stack(_fetch_packed(con, "CUPTI_ACTIVITY_KIND_RUNTIME", [
-                '"correlationId"', '"globalTid"' if "globalTid" in rcols else None, '"nameId"', '"start"'], nrt), axis=1)
-            match = _join_runtime(col["corr_id"], gpid, rt[:, 0], rt[:, 1])
-            ok = match >= 0
-            names = _strings_for(con, rt[match[ok], 2])
-            api_ids = np.full(n, -1, np.int64)
-            api_ids[ok] = rt[match[ok], 2]
-            launch_api_codes, launch_cats = _encode(api_ids, names, normalize_launch_api)
-            gtid = rt[match[ok], 1]
-            tid[ok] = np.where(gtid >= 0, gtid & 0xFFFFFF, -1)
-            pid[ok & ~has_pid] = np.where(gtid >= 0, (gtid >> 24) & 0xFFFFFF, -1)[~has_pid[ok]]
-            launch_ns[ok] = rt[match[ok], 3]
-            if (~ok).any():
-                notes.append(f"{int((~ok).sum())} kernel(s) have no matching runtime launch call (launch_api empty).")
-        else:
-            notes.append("CUPTI_ACTIVITY_KIND_RUNTIME lacks correlationId/nameId/start: launch APIs unknown.")
-    elif n:
-        notes.append("no CUPTI_ACTIVITY_KIND_RUNTIME table: launch APIs, threads and launch times unknown.")
-
-    smem = np.where(col["smem_static"] > 0, col["smem_static"], 0) + np.where(col["smem_dynamic"] > 0, col["smem_dynamic"], 0)
-    smem[(col["smem_static"] < 0) & (col["smem_dynamic"] < 0)] = -1
-    graph_id = np.where(col["graph_id"] > 0, col["graph_id"], -1)
-    graph_node_id = np.where(col["graph_node_id"] > 0, col["graph_node_id"], -1)
-    numeric = {
-        "device": col["device"], "stream": col["stream"], "start_ns": col["start_ns"], "end_ns": col["end_ns"],
-        "grid_x": col["grid_x"], "grid_y": col["grid_y"], "grid_z": col["grid_z"],
-        "block_x": col["block_x"], "block_y": col["block_y"], "block_z": col["block_z"],
-        "regs": col["regs"], "smem_bytes": smem, "corr_id": col["corr_id"],
-        "graph_id": graph_id, "graph_node_id": graph_node_id,
-        "is_graph": graph_mask(graph_id, graph_node_id, launch_api_codes, launch_cats),
-        "pid": pid, "tid": tid, "launch_ns": launch_ns,
-    }
-    del raw, col
-    kt = KernelTable(
-        numeric,
-        {"source": np.zeros(n, np.int32), "name": name_codes, "short_name": short_codes, "launch_api": launch_api_codes},
-        {"source": ("nsys",), "name": name_cats, "short_name": short_cats, "launch_api": launch_cats},
-    )
-    if n == 0:
+    reader = _Reader(p)
+    rt_notes: list[str] = []
+    launches = _runtime(con, reader, tables, have, nrows, rt_notes)
+    kt, unmatched = _read_kernels(con, reader, have, nrows, launches)
+    if unmatched:
+        rt_notes.append(f"{unmatched} kernel(s) have no matching runtime launch call (launch_api empty).")
+    notes += rt_notes
+    if nrows == 0:
         notes.append("no GPU kernels: CUPTI_ACTIVITY_KIND_KERNEL is empty; the kernel table is empty.")
     elif not kt["is_graph"].any() and "CUPTI_ACTIVITY_KIND_GRAPH_TRACE" in tables:
         notes.append(
@@ -332,31 +276,152 @@ def _load_nsys(con: sqlite3.Connection, p: Path, tables: set[str]) -> Trace:
     return Trace(str(p), "nsys-sqlite", kt, steps, ranges, notes, meta)
 
 
-def _join_runtime(k_corr: np.ndarray, k_gpid: np.ndarray, r_corr: np.ndarray, r_gtid: np.ndarray) -> np.ndarray:
-    """Index into the runtime rows for each kernel, -1 where none matches.
+def _runtime(con: sqlite3.Connection, reader: _Reader, tables: set[str], have: set[str], nrows: int,
+             notes: list[str]) -> _Launches | None:
+    """The runtime launch calls, ready for the join (None, with a note, where they cannot be joined)."""
+    if "CUPTI_ACTIVITY_KIND_RUNTIME" not in tables:
+        if nrows:
+            notes.append("no CUPTI_ACTIVITY_KIND_RUNTIME table: launch APIs, threads and launch times unknown.")
+        return None
+    if not nrows:
+        return None
+    rcols = _table_columns(con, "CUPTI_ACTIVITY_KIND_RUNTIME")
+    if not {"correlationId", "nameId", "start"} <= rcols:
+        notes.append("CUPTI_ACTIVITY_KIND_RUNTIME lacks correlationId/nameId/start: launch APIs unknown.")
+        return None
+    gtid = '"globalTid"' if "globalTid" in rcols else "-1"
+    nrt = con.execute("SELECT COUNT(*) FROM CUPTI_ACTIVITY_KIND_RUNTIME").fetchone()[0]
+    cols = [np.empty(nrt, np.int64) for _ in range(4)]  # correlationId, globalTid, nameId, start
+    for where, pos, k in _slices(con, "CUPTI_ACTIVITY_KIND_RUNTIME", nrt):
+        got = reader.read(f'SELECT "correlationId", {gtid}, "nameId", "start" FROM CUPTI_ACTIVITY_KIND_RUNTIME{where}')
+        if len(got[0]) != k:
+            raise sqlite3.DatabaseError("the runtime table changed while it was read")
+        for out, col in zip(cols, got):
+            out[pos:pos + k] = col
+    # Without any kernel globalPid the join falls back to correlation ids alone.
+    corr_only = "globalPid" not in have or con.execute(
+        'SELECT 1 FROM CUPTI_ACTIVITY_KIND_KERNEL WHERE "globalPid" >= 0 LIMIT 1').fetchone() is None
+    return _Launches(cols, corr_only)
 
-    Key: (globalPid, correlationId), with the runtime side's globalPid being
-    globalTid & 0xFFFFFFFFFF000000. The process is mapped to a dense index so the
-    pair packs into one int64 and the join is a sort + searchsorted.
+
+def _slices(con: sqlite3.Connection, table: str, nrows: int) -> list[tuple[str, int, int]]:
+    """(WHERE clause, first row, rows) that read a table a slice of rowids at a time.
+
+    Where rowids run densely (nsys appends rows), each slice's place in the table is
+    known before it is read, so slices can be read in any order, and in parallel.
+    Otherwise (a view, deleted rows), one read of everything.
     """
-    mask = np.int64(-0x1000000)  # == 0x...FFFFFF000000 as a signed int64
-    r_gpid = np.where(r_gtid >= 0, r_gtid & mask, -1)
-    if (k_gpid < 0).all():  # no globalPid column: correlation ids alone
-        k_gpid = np.zeros_like(k_gpid)
-        r_gpid = np.zeros_like(r_gpid)
-    procs = np.unique(np.concatenate([k_gpid, r_gpid]))
-    k_key = (np.searchsorted(procs, k_gpid).astype(np.int64) << 32) | (k_corr & 0xFFFFFFFF)
-    r_key = (np.searchsorted(procs, r_gpid).astype(np.int64) << 32) | (r_corr & 0xFFFFFFFF)
-    order = np.argsort(r_key, kind="stable")  # first runtime row wins on duplicates
-    sorted_keys = r_key[order]
-    pos = np.searchsorted(sorted_keys, k_key)
-    pos_c = np.minimum(pos, len(sorted_keys) - 1) if len(sorted_keys) else pos
-    hit = (pos < len(sorted_keys)) & (k_corr >= 0)
-    if len(sorted_keys):
-        hit &= sorted_keys[pos_c] == k_key
-    out = np.full(len(k_corr), -1, np.int64)
-    out[hit] = order[pos_c[hit]]
-    return out
+    try:
+        # Two queries: SQLite answers MIN or MAX of the rowid from the b-tree alone, not both at once.
+        lo = con.execute(f"SELECT MIN(rowid) FROM {table}").fetchone()[0]
+        hi = con.execute(f"SELECT MAX(rowid) FROM {table}").fetchone()[0]
+    except sqlite3.DatabaseError:
+        lo = hi = None
+    if lo is None or hi - lo + 1 != nrows:
+        return [("", 0, nrows)]
+    step = _ROWS_PER_READ
+    return [(f" WHERE rowid >= {r} AND rowid < {r + step}", r - lo, min(step, hi + 1 - r)) for r in range(lo, hi + 1, step)]
+
+
+def _read_kernels(con: sqlite3.Connection, reader: _Reader, have: set[str], nrows: int,
+                  launches: _Launches | None) -> tuple[KernelTable, int]:
+    """The kernel table, read a slice of rowids at a time straight into its final arrays, on up to
+    two threads (connectorx and numpy release the GIL). Peak memory: the table plus the slices in
+    flight. Returns it and the count of kernels with no launch call."""
+    n = nrows
+    # Columns every slice writes whole start empty; the rest start as -1 (missing).
+    whole = {"start_ns", "end_ns", "smem_bytes", "pid", "graph_id", "graph_node_id"}
+    num = {c: np.empty(n, dt) if c in whole else np.full(n, -1, dt)
+           for c, dt in NUMERIC_COLUMNS.items() if c != "is_graph"}
+    wide = (con.execute("SELECT MAX(id) FROM StringIds").fetchone()[0] or 0) > _WIDE_IDS
+    id_type = np.int64 if wide else np.int32  # ids + 1 pass through the code arrays
+    name1 = np.empty(n, id_type)
+    short1, api1 = np.zeros(n, id_type), np.zeros(n, id_type)
+    # end is read as the duration so a NULL end gives start - 1, as before; names: demangled if the
+    # export has it, else mangled, else short.
+    exprs = {"start_ns": '"start"', "dur": '"end" - "start"'}
+    for key, c, _ in _NSYS_KERNEL_NUMERIC[2:]:
+        if c in have and key not in ("name_id", "short_id", "mangled_id"):
+            exprs[key] = f'"{c}"'
+    names = [f'"{c}"' for c in ("demangledName", "mangledName", "shortName") if c in have]
+    exprs["name_id"] = f"COALESCE({', '.join(names)}, -1)"
+    if "shortName" in have:
+        exprs["short_id"] = '"shortName"'
+    select = ", ".join(exprs.values())
+    missing = np.full(_ROWS_PER_READ, -1, np.int64)
+
+    def one(where: str, pos: int, k: int) -> int:
+        got = dict(zip(exprs, reader.read(f"SELECT {select} FROM CUPTI_ACTIVITY_KIND_KERNEL{where}")))
+        if len(got["start_ns"]) != k:
+            raise sqlite3.DatabaseError("the kernel table changed while it was read")
+        sl = slice(pos, pos + k)
+        none = missing[:k] if k <= len(missing) else np.full(k, -1, np.int64)
+        for key in ("start_ns", "device", "stream", "corr_id", "grid_x", "grid_y", "grid_z", "block_x", "block_y",
+                    "block_z", "regs"):
+            if key in got:
+                if key == "stream":
+                    check_int32(key, got[key])
+                num[key][sl] = got[key]
+        np.add(got["start_ns"], got["dur"], out=num["end_ns"][sl])
+        static, dynamic = got.get("smem_static", none), got.get("smem_dynamic", none)
+        smem = num["smem_bytes"][sl]
+        total = np.maximum(static, 0) + np.maximum(dynamic, 0)
+        check_int32("smem_bytes", total)
+        smem[:] = total
+        smem[(static < 0) & (dynamic < 0)] = -1
+        for key in ("graph_id", "graph_node_id"):
+            g = got.get(key, none)
+            np.copyto(num[key][sl], np.where(g > 0, g, -1))
+        np.add(got["name_id"], 1, out=name1[sl], casting="unsafe")
+        if "short_id" in got:
+            np.add(got["short_id"], 1, out=short1[sl], casting="unsafe")
+        gpid = got.get("gpid", none)
+        has_pid = gpid >= 0
+        pid = num["pid"][sl]
+        np.copyto(pid, np.where(has_pid, (gpid >> 24) & 0xFFFFFF, -1))
+        if launches is None:
+            return 0
+        hit, at = launches.match(got.get("corr_id", none), gpid)
+        at = at[hit]
+        gt = launches.gtid[at]
+        num["tid"][sl][hit] = np.where(gt >= 0, gt & 0xFFFFFF, -1)
+        pid[hit & ~has_pid] = np.where(gt >= 0, (gt >> 24) & 0xFFFFFF, -1)[~has_pid[hit]]
+        num["launch_ns"][sl][hit] = launches.start[at]
+        api1[sl][hit] = launches.name_id[at] + 1
+        return int(k - len(at))
+
+    slices = _slices(con, "CUPTI_ACTIVITY_KIND_KERNEL", n)
+    workers = min(_WORKERS, os.cpu_count() or 1, len(slices))
+    if workers > 1:
+        with ThreadPoolExecutor(workers) as ex:
+            unmatched = sum(ex.map(lambda s: one(*s), slices))
+    else:
+        unmatched = sum(one(*s) for s in slices)
+
+    used = _used_ids(name1)
+    name_cats = _to_codes(name1, used, _strings_for(con, used - 1))
+    if "shortName" in have:
+        used_s = _used_ids(short1)
+        short_cats = _to_codes(short1, used_s, _strings_for(con, used_s - 1))
+    else:
+        # Derive from the demangled name, the same way the Kineto loader does.
+        short_map = {c: short_kernel_name(c) for c in name_cats}
+        short_cats = tuple(sorted(set(short_map.values()))) or ("",)
+        idx = {v: i for i, v in enumerate(short_cats)}
+        remap = np.array([idx[short_map[c]] for c in name_cats], dtype=np.int32)
+        short1 = remap[name1]
+    if launches is not None:
+        used_a = _used_ids(api1)
+        launch_cats = _to_codes(api1, used_a, _strings_for(con, used_a - 1), normalize_launch_api)
+    else:
+        launch_cats = ("",)
+    num["is_graph"] = graph_mask(num["graph_id"], num["graph_node_id"], api1, launch_cats)
+    kt = KernelTable(
+        num,
+        {"source": np.broadcast_to(np.int32(0), n), "name": name1, "short_name": short1, "launch_api": api1},
+        {"source": ("nsys",), "name": name_cats, "short_name": short_cats, "launch_api": launch_cats},
+    )
+    return kt, unmatched
 
 
 def _load_nvtx(con: sqlite3.Connection, tables: set[str], notes: list[str]) -> list[Range]:

@@ -164,7 +164,7 @@ def declared_problems(tf: tarfile.TarFile, members: list[tarfile.TarInfo]) -> li
         tagmanifest = {e.path for e in parse_manifest(b, TAGMANIFEST)[0]}
     sizes: dict[str, int] = {}
     b = _read_small(tf, by_rel.get(RELEASE_JSON))
-    with contextlib.suppress(ValueError, UnicodeDecodeError, AttributeError, TypeError):
+    with contextlib.suppress(ValueError, UnicodeDecodeError, AttributeError, TypeError, KeyError, RecursionError):
         sizes = {f["path"]: f["bytes"] for f in json.loads(b)["files"]
                  if isinstance(f, dict) and isinstance(f.get("path"), str) and isinstance(f.get("bytes"), int)}
     oxum = None

@@ -261,3 +261,20 @@ def test_release_json_strict_schema_even_when_resealed(box, change, where):
 def test_release_json_schema_passes_on_the_untouched_release(box):
     rep = verify.verify(box / TAG, regen=False)
     assert rep.by_id()["metadata.schema"].status == "pass"
+
+
+@pytest.mark.parametrize("body", [b"[" * 200000 + b"]" * 200000, b'{"files": ' * 5000 + b"1" + b"}" * 5000,
+                                  b"\xff\xfe not json", b'{"format": NaN}'], ids=["deep-array", "deep-object", "not-utf8", "nan"])
+def test_hostile_release_json_is_a_failed_check_not_a_traceback(box, body):
+    rel = box / TAG
+    (rel / layout.RELEASE_JSON).write_bytes(body)
+    p = _cli(["verify", "--json", "--no-regen", str(rel)])
+    assert b"Traceback" not in p.stderr, p.stderr.decode(errors="replace")[-1500:]
+    rep = _json_out(p)
+    assert p.returncode == 1 and "metadata.canonical" in {c["id"] for c in rep["checks"] if c["status"] == "fail"}
+    # and inside an archive, read before extraction
+    members = [(m, body if m.name == f"{TAG}/{layout.RELEASE_JSON}" else d) for m, d in _members(box / f"{TAG}.tar")]
+    _write(box / "hostile-json.tar", members)
+    p = _cli(["verify", "--json", "--no-regen", str(box / "hostile-json.tar")])
+    assert b"Traceback" not in p.stderr and p.returncode == 1, p.stderr.decode(errors="replace")[-1500:]
+    _json_out(p)

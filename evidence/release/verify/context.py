@@ -129,8 +129,8 @@ class VerifyContext:
         b = (self.root / RELEASE_JSON).read_bytes()
         try:
             m = json.loads(b.decode("utf-8"))
-        except (UnicodeDecodeError, ValueError) as e:
-            return None, f"{RELEASE_JSON} is not valid JSON ({e})", b
+        except (UnicodeDecodeError, ValueError, RecursionError) as e:  # RecursionError: hostile nesting
+            return None, f"{RELEASE_JSON} is not valid JSON ({type(e).__name__}: {e})", b
         if not isinstance(m, dict):
             return None, f"{RELEASE_JSON} is not a JSON object", b
         return m, None, b

@@ -102,18 +102,18 @@ def next_block(spec: Spec, trials: list[Trial]) -> list[Trial]:
     sw = spec.sweep
     r = max(t.repeat for t in trials) + 1
     order = repeat_orders(list(sw.points), r, "balanced", None)[r - 1]
-    extra: dict[str, Any] = {}
-    if "session" in Trial.__dataclass_fields__:
-        last = max(trial_session(t) for t in trials)
-        extra["session"] = last + 1 if sw.sessions > 1 else last
+    # with sessions, each added block is a session of its own (a fresh server); without, none is named
+    session = max(trial_session(t) for t in trials) + 1 if sw.sessions > 1 else None
     start = len(trials)
     return [Trial(index=start + i, repeat=r, point=p, position=i + 1, prompts=sw.prompts_at(p),
-                  seed=point_seed(spec.workload.seed, p), **extra) for i, p in enumerate(order)]
+                  seed=point_seed(spec.workload.seed, p), session=session) for i, p in enumerate(order)]
 
 
 def _extend_plan(rd: RunDir, trials: list[Trial], block: list[Trial], note: dict) -> None:
     plan = read_json(rd.plan_json)
     plan["trials"] = [t.as_dict() for t in trials + block]
+    if "sessions" in plan:
+        plan["sessions"] = max(trial_session(t) for t in trials + block)
     plan["until_decided"] = note
     write_json(rd.plan_json, plan)
 

@@ -69,7 +69,12 @@ def _ensure_session(ctx: RunContext, trial: Trial, first_in_call: bool) -> None:
         record_provenance(ctx.spec, ctx.spec_path, ctx.rd, ctx.engine, ctx.repo_root, code_commit=ctx.code_commit,
                           allow_drift=True, reason=f"session {sess}")
     if new_session:
-        ctx.rd.event("session_start", session=sess, before=trial.id)
+        if ctx.spec.engine.kind == "endpoint":
+            # not our server: nothing restarts; the session still marks the block for the analysis
+            ctx.rd.event("session_start", session=sess, before=trial.id, restarted=False,
+                         note="engine.kind endpoint: the server is not started by this tool, so it is not restarted")
+        else:
+            ctx.rd.event("session_start", session=sess, before=trial.id, restarted=True)
     ctx.session = sess
     ctx.warmed = False
 

@@ -220,3 +220,23 @@ def test_a_signal_mid_trial_stops_between_requests_and_keeps_what_completed(tmp_
         r = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
     assert trial_ids(rd) == ["r1-c2"] and (rd / "aborted" / "r1-c2").exists()
+
+
+def test_sessions_restart_between_blocks_and_record_provenance_again(tmp_path, tiny_model):
+    with StandinServer(model="standin") as url:
+        spec = write_spec(tmp_path / "s.yaml", base_url=url, served="standin", model_dir=tiny_model, repeats=3)
+        spec.write_text(spec.read_text().replace("  repeats: 3\n", "  repeats: 3\n  sessions: 2\n"))
+        out = run_experiment(spec, runs_dir=tmp_path / "runs", repo_root=ROOT, progress=False, run_id="s")
+    rd = out.run_dir
+    assert out.status == "complete" and len(trial_ids(rd)) == 6
+    ev = events(rd)
+    sessions = [(e["session"], e["before"]) for e in ev if e["event"] == "session_start"]
+    assert sessions == [(1, "r1-c1"), (2, "r3-c1")]  # blocks of 2 and 1 repeats, the rotation running on
+    kinds = [e["event"] for e in ev]
+    i = kinds.index("trial_complete", max(i for i, k in enumerate(kinds) if k == "trial_start" and ev[i]["trial"] == "r2-c1"))
+    assert kinds[i + 1:i + 3] == ["engine_stopped", "engine_starting"]
+    assert [e["reason"] for e in ev if e["event"] == "provenance_recorded"] == ["run start", "session 2"]
+    assert (rd / "provenance-2.json").is_file() and (rd / "engine" / "resolved-2.json").is_file()
+    assert (rd / "warmup" / "requests-2.jsonl").is_file()  # the new server is warmed up again
+    assert all(e.get("restarted") is False for e in ev if e["event"] == "session_start")  # an endpoint: not ours
+    assert [t["session"] for t in read_json(rd / "plan.json")["trials"]] == [1, 1, 1, 1, 2, 2]

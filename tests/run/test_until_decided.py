@@ -102,3 +102,20 @@ def test_until_decided_refuses_what_cannot_work(tmp_path, tiny_model):
     with pytest.raises(RunError, match="--max-repeats"):
         run_experiment(spec2, runs_dir=tmp_path / "runs", repo_root=ROOT, progress=False, until_decided=look)
     assert not (tmp_path / "runs").exists()  # refused before any folder was made
+
+
+def test_an_added_block_is_a_session_of_its_own_when_the_spec_has_sessions(tmp_path):
+    from evidence.run.decide import next_block
+    from evidence.spec.model import load_spec
+    from evidence.spec.plan import make_plan
+
+    spec = write_spec(tmp_path / "s.yaml", base_url="http://x", served="x", model_dir=tmp_path, points=(1, 2, 4),
+                      repeats=2, extra="")
+    spec.write_text(spec.read_text().replace("  repeats: 2\n", "  repeats: 2\n  sessions: 2\n"))
+    s = load_spec(spec)
+    trials = list(make_plan(s).trials)
+    block = next_block(s, trials)
+    assert [(t.repeat, t.point, t.position, t.session, t.index) for t in block] == [
+        (3, 4, 1, 3, 6), (3, 1, 2, 3, 7), (3, 2, 3, 3, 8)]
+    s1 = load_spec(write_spec(tmp_path / "t.yaml", base_url="http://x", served="x", model_dir=tmp_path, repeats=2))
+    assert all(t.session is None and "session" not in t.as_dict() for t in next_block(s1, list(make_plan(s1).trials)))

@@ -4,7 +4,7 @@ runs/<run-id>/
   run.json                 run id, spec name and sha256, status, code commit
   spec.yaml                the spec exactly as given
   spec.resolved.json       the validated spec with defaults filled
-  plan.json                the trials in execution order
+  plan.json                the trials in execution order (--until-decided appends its blocks to it)
   provenance.json          environment, pins requested vs effective (provenance-2.json... after restarts)
   engine/server.log        the engine's own log (server-2.log... after restarts)
   engine/resolved.json     what the engine resolved, each value with where it was read

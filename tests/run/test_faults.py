@@ -240,3 +240,49 @@ def test_sessions_restart_between_blocks_and_record_provenance_again(tmp_path, t
     assert (rd / "warmup" / "requests-2.jsonl").is_file()  # the new server is warmed up again
     assert all(e.get("restarted") is False for e in ev if e["event"] == "session_start")  # an endpoint: not ours
     assert [t["session"] for t in read_json(rd / "plan.json")["trials"]] == [1, 1, 1, 1, 2, 2]
+
+
+@pytest.mark.engine
+def test_real_vllm_with_an_api_key_in_two_sessions(tiny_model, tmp_path, monkeypatch):
+    """With VLLM_API_KEY set, the server we start requires it and our client sends it: the demo-shaped
+    run completes with no failed request, the server is restarted between the two sessions, and the
+    key is nowhere in the run directory. (Two server starts: a minute or two.)"""
+    import urllib.error
+    import urllib.request
+
+    key = "sk-evidence-test-" + "k" * 24
+    monkeypatch.setenv("VLLM_API_KEY", key)
+    spec = tmp_path / "v.yaml"
+    spec.write_text(f"""
+name: vllm-key
+title: runner with an API key and two sessions
+hardware: {{count: 0}}
+engine:
+  kind: vllm
+  args: {{dtype: float32, max_model_len: 1024, enforce_eager: true}}
+  env: {{VLLM_CPU_KVCACHE_SPACE: "1"}}
+  launch: {{python: {ROOT / '.venv-vllm' / 'bin' / 'python'}}}
+  readiness_timeout_s: 300
+model: {{id: evidence/tiny-qwen2, path: {tiny_model}, load_format: dummy, served_name: tiny}}
+code: {{allow_dirty: true}}
+workload: {{input_len: 32, output_len: 16, seed: 3}}
+sweep: {{points: [1, 2], prompts: {{per_concurrency: 2}}, repeats: 2, sessions: 2, warmup: {{requests: 2}}}}
+""", encoding="utf-8")
+    refused = []
+
+    def without_key(engine):
+        try:
+            urllib.request.urlopen(engine.base_url + "/v1/models", timeout=10)
+        except urllib.error.HTTPError as e:
+            refused.append(e.code)
+
+    out = run_experiment(spec, runs_dir=tmp_path / "runs", repo_root=ROOT, progress=False, run_id="v",
+                         hooks={"engine_ready": without_key})
+    rd = out.run_dir
+    assert out.status == "complete" and out.exit_code == 0, out
+    assert refused == [401, 401]  # each server required the key
+    assert all(r["failed"] == 0 for r in out.points) and len(trial_ids(rd)) == 4
+    assert [e["restarted"] for e in events(rd) if e["event"] == "session_start"] == [True, True]
+    assert (rd / "engine" / "server-2.log").is_file() and (rd / "provenance-2.json").is_file()
+    blob = b"".join(p.read_bytes() for p in rd.rglob("*") if p.is_file())
+    assert key.encode() not in blob

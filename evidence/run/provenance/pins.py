@@ -151,13 +151,15 @@ _EXPLAIN = {"engine version": _engine, "accelerator model": _accelerator, "accel
 def refusal_message(spec: Spec, prov: Mapping[str, Any], bad: Sequence[Mapping[str, Any]], prov_path: Path) -> str:
     """One paragraph: each mismatch with what was probed and what to do, then --allow-drift."""
     parts = []
+    last = None
     for p in bad:
         explain = _EXPLAIN.get(str(p.get("pin")))
         found = "nothing" if p.get("effective") is None else repr(p["effective"])
         line = f"{p['pin']}: requested {p['requested']!r}, found {found}"
         if explain is not None:
-            probed, step = explain(spec, prov, p)
-            line += f" ({probed}; next: {step})"
+            said = explain(spec, prov, p)
+            line += " (the same probe and next step)" if said == last else f" ({said[0]}; next: {said[1]})"
+            last = said
         parts.append(line)
     return (f"the environment does not match the spec's pins: {'; '.join(parts)}. Nothing was run; provenance is in "
             f"{prov_path}. Fix the environment, or pass --allow-drift to run anyway and record the drift.")

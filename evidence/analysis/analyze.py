@@ -20,11 +20,12 @@ module only aggregates. The methods, as recorded in analysis.json "methods":
   trial (pooling that trial's requests), then averaged over the repeats;
   "pooled": all repeats' records pooled into one distribution.
   The article's numbers follow "mean_over_repeats"; tables name the method.
-- Paired comparison a vs b: per repeat d_r = (T_a - T_b) / T_b over repeats
-  where both trials have a measured throughput; mean, min, max of d_r; wins.
-- Spread of a comparison: S = max(RR_a, RR_b) where RR_p = (max - min) / mean
-  of point p's measured throughputs over its repeats (all measured repeats,
-  not only the paired ones). CVs are shown next to it. See `verdict_for`.
+- Paired comparison a vs b: the stated procedure of `evidence.analysis.stats`
+  (paired t on ln(T_a / T_b) per repeat, or per engine session when the pairs
+  span several; its 95% interval back-transformed; exact sign and permutation
+  p; MDE), Holm across the spec's declared comparisons and across the adjacent
+  links of the ordering. Verdict: finding / not significant / no claim, and
+  the sentence shown everywhere carries the interval, p and MDE.
 - Dominance, ordering, telemetry plateau, SLO goodput: see their functions.
 
 Numbers: analysis.json stores floats rounded to 9 decimal places (so the last
@@ -41,7 +42,7 @@ from pathlib import Path
 from typing import Any
 
 from evidence.analysis.caveats import caveats
-from evidence.analysis.findings import SPREAD_METHOD, comparison, dominance, ordering, side_by_side
+from evidence.analysis.findings import comparison_family, dominance, ordering, side_by_side
 from evidence.analysis.goodput import goodput
 from evidence.analysis.load import RunData, TrialData, load_run
 from evidence.analysis.numbers import JSON_DECIMALS, mean_of, round_floats
@@ -50,6 +51,7 @@ from evidence.analysis.telemetry import GAUGES, PLATEAU_MIN_SAMPLES, PLATEAU_TRI
 from evidence.canon import dumps, write_atomic
 from evidence.metrics import METRIC_DOCS, PERCENTILE_METHOD
 from evidence.spec.plan import make_plan
+from evidence.rundir import ANALYSIS
 
 
 SCHEMA = "evidence.analysis/1"
@@ -65,21 +67,36 @@ METHODS = {
                                  "trial's requests, then the arithmetic mean of that statistic over the point's repeats",
     "latency_pooled": "all of a point's repeats pooled into one distribution, then the statistic",
     "paired_difference": "per repeat r with both trials measured: d_r = (T_a - T_b) / T_b on output throughput; "
-                         "mean, min and max over those repeats; a wins repeat r when d_r > 0, b when d_r < 0",
-    "spread": SPREAD_METHOD,
-    "verdict": "0 paired repeats: 'no data'; 1: 'single repeat: no claim possible'; |mean d| <= S: 'no finding "
-               "(inside run-to-run spread of S)'; |mean d| > S and every d_r of one sign: 'Ca > Cb in every repeat' "
-               "(or Cb > Ca); otherwise 'no finding (sign not consistent ...)'. Missing or failed trials are named "
-               "in the verdict's flags, and a finding over fewer repeats than planned says so",
+                         "mean, min and max over those repeats (descriptive); a wins repeat r when d_r > 0, b when "
+                         "d_r < 0",
+    "paired_test": "the unit is a pair measured in the same round: a repeat, or, when the paired repeats come from "
+                   "more than one engine session (sweep.sessions), a session valued by the mean over its repeats. "
+                   "Paired t-test on ln(a/b) over the units, two-sided at alpha 0.05; its t interval of the mean log "
+                   "ratio back-transformed as exp(.) - 1 (assumes roughly normal log ratios and independent units); "
+                   "effect = mean of (a - b) / b over the units; exact sign test and exact sign-flip permutation p "
+                   "beside it (no distribution-free claim at 95% is possible below 6 units); MDE = t(0.975, n - 1) "
+                   "sd / sqrt(n), back-transformed: the smallest effect this noise could have shown",
+    "multiplicity": "Holm's step-down over the spec's declared comparisons (one family) and over the ordering's "
+                    "adjacent links (another): the verdict follows the Holm-adjusted p (p_adjusted). ci95 and "
+                    "p_value are each comparison's own (tested alone); ci_adjusted is the interval at the level of "
+                    "its Holm step (ci_adjusted_level: 95% when alone, wider in a family), which agrees with the "
+                    "verdict. A finding's 95% interval always excludes 0",
+    "verdict": "'finding' when the (Holm-adjusted) test rejects, i.e. the interval excludes 0; 'not significant' when "
+               "it does not (the interval and the MDE are shown); 'no claim' with fewer than 2 units. The sentence "
+               "beside each verdict carries the effect, interval, p, wins and unit count; missing or failed trials "
+               "are named in its flags. Run-to-run CVs and ranges are shown as noise, never used as a rule",
     "latency_change": "relative change going from a to b: (value_b - value_a) / value_a",
     "dominance": "criteria: mean output throughput (higher is better) and, for every spec.analysis.latency_metrics, "
-                 "its mean and each spec.analysis.percentiles value (mean over repeats; lower is better). Q dominates P "
-                 "when Q is >= P on throughput, <= P on every latency criterion, and strictly better on at least one; "
-                 "equal on all criteria is a tie (neither dominates); a point with an unmeasured criterion is not "
-                 "compared. 'held_in_repeats' checks the same rule on each repeat's own trials",
+                 "its mean and each spec.analysis.percentiles value (mean over repeats; lower is better; directions from the "
+                 "metric registry). Q dominates P on the means when Q is >= P on throughput, <= P on every latency "
+                 "criterion, and strictly better on at least one; equal on all criteria is a tie; a point with an "
+                 "unmeasured criterion is not compared. 'held_in_repeats' checks the same rule on each repeat's own "
+                 "trials. Its verdict: the paired test on every criterion where the means differ (Holm over those "
+                 "criteria); 'finding' only when Q is better on each with its interval",
     "ordering": "adjacent points in ascending concurrency compared on mean output throughput ('<', '>' or '='); "
                 "each repeat's statement is built from that repeat's trials; 'supported' replaces a symbol by '~' "
-                "where the paired verdict between the two points is not a finding",
+                "where the paired test between the two points (Holm over the adjacent links) is not a finding in the "
+                "direction of the means",
     "telemetry_plateau": f"measured interval = first send to last completion of the trial; the plateau drops the first "
                          f"and last {int(PLATEAU_TRIM * 100)}% of it (ramp-up and drain); sustained value = median of "
                          f"the samples inside the plateau (needs >= {PLATEAU_MIN_SAMPLES}); max over all samples; "
@@ -127,10 +144,10 @@ def compute_analysis(data: RunData) -> dict:
     points = {p["point"]: p for p in points_l}
     repeats = spec.sweep.repeats
     by_rp = {(t.repeat, t.point): rows[t.id] for t in data.trials}
-    comps = [comparison(c.a, c.b, points, by_rp, repeats) for c in spec.analysis.comparisons]
+    comps = comparison_family([(c.a, c.b) for c in spec.analysis.comparisons], points, by_rp, repeats)
     for c in comps:
         c["latency_side_by_side"] = side_by_side(c, points, spec)
-    adj = [comparison(lo, hi, points, by_rp, repeats) for lo, hi in zip(spec.sweep.points, spec.sweep.points[1:])]
+    adj = comparison_family(list(zip(spec.sweep.points, spec.sweep.points[1:])), points, by_rp, repeats)
     telemetry = [telemetry_row(t, rows[t.id]) for t in data.trials]
     tele_by_point: dict[int, dict[str, float | None]] = {}
     for P in spec.sweep.points:
@@ -189,7 +206,7 @@ def compute_analysis(data: RunData) -> dict:
 
 
 def default_out_dir(run_dir: Path) -> Path:
-    return Path(run_dir) / "analysis"
+    return Path(run_dir) / ANALYSIS
 
 
 def write_analysis(res: dict, out_dir: Path) -> list[Path]:

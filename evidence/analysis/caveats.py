@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from evidence.analysis.load import RunData
-from evidence.analysis.numbers import pct_text
 
 
 def caveats(data: RunData, res: dict) -> list[str]:
@@ -26,14 +25,18 @@ def caveats(data: RunData, res: dict) -> list[str]:
     if not comp["plan_matches_spec"]:
         out.append("plan.json differs from the plan the spec gives (make_plan); the recorded plan was used.")
     if spec.sweep.repeats == 1:
-        out.append("Single repeat: run-to-run spread is unknown, so no difference between points is a finding.")
+        out.append("Single repeat: the noise between repeats is unknown, so no comparison can be decided (no claim).")
     if spec.sweep.order == "fixed":
         out.append("Fixed point order in every repeat: position effects (warm-up, thermal, caches) are confounded "
                    "with the concurrency point.")
     for c in res["comparisons"]:
-        if c["verdict_kind"] != "finding":
-            out.append(f"{c['name']}: {c['verdict']}; the mean paired difference {pct_text(c['mean_diff'], signed=True)} "
-                       "is not a finding.")
+        if c["verdict"] != "finding":
+            out.append(c["statement"][0].upper() + c["statement"][1:] + ".")
+        elif c.get("sign_note"):
+            out.append(f"{c['name']}: a finding by the t interval only; {c['sign_note']}.")
+    if any(c["unit"] == "session" for c in res["comparisons"]):
+        out.append("The repeats ran in more than one engine session: comparisons use the session (mean over its "
+                   "repeats) as the unit, so their n is the number of sessions.")
     if spec.model.load_format == "dummy":
         note = spec.model.dummy_weights_note or "random weights: timings reflect the architecture, the text is meaningless"
         out.append(f"Dummy weights (--load-format dummy): {note}. Not a measurement of the real model's weights.")
@@ -62,6 +65,8 @@ def caveats(data: RunData, res: dict) -> list[str]:
         out.append("Profiling is diagnostic only: traces come from a separate, shorter workload under a profiler, "
                    "never from the measured trials; their numbers do not reconstruct the throughput tables.")
     for d in res["dominance"]["pairs"]:
+        if d["verdict"] != "finding":
+            out.append(d["verdict_statement"][0].upper() + d["verdict_statement"][1:] + ".")
         if d["held_in_repeats"] < d["repeats_planned"]:
             out.append(f"{d['statement']} on the means, but per repeat only in {d['held_in_repeats']} of "
                        f"{d['repeats_planned']} planned repeat(s).")

@@ -17,15 +17,24 @@ No absolute path is written: runs are named by their run id.
 from __future__ import annotations
 
 import json
+import math
+import warnings
 from pathlib import Path
 from typing import Any
+
+import numpy as np
+from scipy import stats
 
 from evidence.analysis.analyze import compute_analysis
 from evidence.analysis.findings import paired_comparison
 from evidence.analysis.load import NotARunDir, load_run
 from evidence.analysis.model import Analysis, Comparison
 from evidence.analysis.numbers import label, pct_text
+from evidence.rundir import SPEC_RESOLVED
 
+SHIFT_TEST = ("Welch's t on ln(output throughput) of the two runs' repeats at the point (unpaired: different "
+              "servers and rounds), two-sided at alpha 0.05; 95% interval of the difference of mean logs, "
+              "back-transformed as exp(.) - 1")
 PROVENANCE_KEYS = ("engine", "accelerator", "packages", "python", "git", "host", "model", "os", "cpu", "container")
 SPEC_EXCLUDED = ("name",)
 MAX_DIFFS_PER_KEY = 200
@@ -34,11 +43,11 @@ MAX_DIFFS_PER_KEY = 200
 def resolve_run_dir(path: Path) -> tuple[Path, str]:
     """(run directory, kind 'run' | 'release') for a run dir or a release folder with exactly one raw run."""
     p = Path(path)
-    if (p / "spec.resolved.json").is_file():
+    if (p / SPEC_RESOLVED).is_file():
         return p, "run"
     raw = p / "data" / "raw"
     if raw.is_dir():
-        runs = sorted(d for d in raw.iterdir() if d.is_dir() and (d / "spec.resolved.json").is_file())
+        runs = sorted(d for d in raw.iterdir() if d.is_dir() and (d / SPEC_RESOLVED).is_file())
         if len(runs) == 1:
             return runs[0], "release"
         if not runs:
@@ -125,6 +134,29 @@ def _side(res: Analysis, kind: str) -> dict:
             "missing": c.missing, "with_failures": c.with_failures}
 
 
+def shift_test(xa: list[float], xb: list[float]) -> dict:
+    """Run b against run a at one point. The two runs' repeats are not paired (different servers and rounds),
+    so this is Welch's t on ln(throughput) (unequal variances), its 95% interval back-transformed as
+    exp(.) - 1: the ratio of geometric means b / a. Fewer than 2 repeats on either side: no claim."""
+    xa = [x for x in xa if x and x > 0]
+    xb = [x for x in xb if x and x > 0]
+    out: dict[str, Any] = {"shift_ci95": None, "shift_p": None, "shift_test": SHIFT_TEST}
+    if len(xa) < 2 or len(xb) < 2:
+        return {**out, "shift_verdict": "no claim"}
+    la, lb = np.log(xa), np.log(xb)
+    if np.ptp(la) == 0 and np.ptp(lb) == 0:
+        same = bool(la[0] == lb[0])
+        return {**out, "shift_ci95": [math.expm1(lb[0] - la[0])] * 2, "shift_p": 1.0 if same else 0.0,
+                "shift_verdict": "not significant" if same else "finding"}
+    with warnings.catch_warnings():  # near-identical repeats: scipy warns about precision, the numbers stand
+        warnings.simplefilter("ignore", RuntimeWarning)
+        t = stats.ttest_ind(lb, la, equal_var=False)
+        lo, hi = t.confidence_interval(0.95)
+    p = float(t.pvalue)
+    return {**out, "shift_ci95": [math.expm1(float(lo)), math.expm1(float(hi))], "shift_p": p,
+            "shift_verdict": "finding" if p < 0.05 else "not significant"}
+
+
 def _pick_comparison(c: dict) -> Comparison:
     return Analysis.from_dict({"comparisons": [c]}).comparisons[0]
 
@@ -159,6 +191,8 @@ def compare_runs(a: Path, b: Path) -> dict:
         shift = (mb - ma) / ma if (ma is not None and mb is not None and ma != 0) else None
         flags = [f"a: {f}" for f in xa.flags] + [f"b: {f}" for f in xb.flags]
         points.append({"point": P, "label": label(P), "a_mean": ma, "b_mean": mb, "shift": shift,
+                       **shift_test([v["value"] for v in ta.raw.get("values", [])],
+                                    [v["value"] for v in tb.raw.get("values", [])]),
                        "a_cv": ta.cv, "b_cv": tb.cv, "cv_kind_a": ta.std_kind, "cv_kind_b": tb.std_kind,
                        "a_repeats": f"{xa.repeats_measured}/{xa.repeats_planned}",
                        "b_repeats": f"{xb.repeats_measured}/{xb.repeats_planned}", "flags": flags})
@@ -193,11 +227,12 @@ def compare_runs(a: Path, b: Path) -> dict:
                     c = None
             row[side] = None if c is None else {
                 "mean_diff": c.mean_diff, "wins_a": c.wins_a, "wins_b": c.wins_b, "pairs": c.pairs,
-                "repeats_planned": c.repeats_planned, "spread": c.raw["spread"]["value"], "verdict": c.verdict,
-                "verdict_kind": c.verdict_kind}
-        ka_, kb_ = (row["run_a"] or {}).get("verdict_kind"), (row["run_b"] or {}).get("verdict_kind")
-        row["both_findings_agree"] = (ka_ == kb_ == "finding" and row["run_a"]["verdict"].split(" (")[0]
-                                      == row["run_b"]["verdict"].split(" (")[0])
+                "repeats_planned": c.repeats_planned, "unit": c.unit, "n_pairs": c.n_pairs, "effect": c.effect,
+                "ci95": c.ci95, "p_value": c.p_value, "p_adjusted": c.p_adjusted, "mde": c.mde, "test": c.test,
+                "better": c.better, "verdict": c.verdict, "statement": c.statement}
+        xa_, xb_ = row["run_a"] or {}, row["run_b"] or {}
+        row["both_findings_agree"] = (xa_.get("verdict") == xb_.get("verdict") == "finding"
+                                      and xa_.get("better") == xb_.get("better"))
         comps.append(row)
     prov_a, prov_b = da.provenance or {}, db.provenance or {}
     prov_diff = {}
@@ -228,10 +263,13 @@ def compare_runs(a: Path, b: Path) -> dict:
         "ordering": ordering,
         "comparisons": comps,
         "caveats": caveats,
-        "methods": {"shift": "(mean_b - mean_a) / mean_a of output throughput per point",
+        "methods": {"shift": "(mean_b - mean_a) / mean_a of output throughput per point; its interval and verdict: "
+                             + SHIFT_TEST,
                     "ordering": "statements from each run's analysis (means; and with '~' where the paired verdict is "
                                 "not a finding); rank = points sorted by mean throughput, highest first",
-                    "paired": "each run's own paired comparison, as in its analysis"},
+                    "paired": "each run's own paired comparison, as in its analysis (evidence.analysis.stats: paired t "
+                              "on ln(a/b), Holm over its declared comparisons); both_findings_agree when both runs "
+                              "find the same point better"},
     }
 
 
@@ -241,9 +279,14 @@ def summary_lines(c: dict) -> list[str]:
            f"{c['b']['status']})"]
     o = c["ordering"]
     out.append(f"ordering: a {o['a']} | b {o['b']} -> {'same' if o['same'] else 'DIFFERENT'}")
+    for p in c["points"]:
+        ci = p["shift_ci95"]
+        out.append(f"{p['label']} shift b vs a: {pct_text(p['shift'], 1, signed=True)} ("
+                   + (f"95% CI {pct_text(ci[0], 1, signed=True)} to {pct_text(ci[1], 1, signed=True)}, "
+                      f"p {p['shift_p']:.3g}; " if ci else "") + f"{p['shift_verdict']}, Welch on logs)")
     for comp in c["comparisons"]:
         xa, xb = comp["run_a"], comp["run_b"]
-        fa = f"{pct_text(xa['mean_diff'], signed=True)} ({xa['verdict']})" if xa else "n/a"
-        fb = f"{pct_text(xb['mean_diff'], signed=True)} ({xb['verdict']})" if xb else "n/a"
-        out.append(f"{comp['name']} paired advantage: a {fa}; b {fb}")
+        fa = xa["statement"] if xa else "n/a"
+        fb = xb["statement"] if xb else "n/a"
+        out.append(f"{comp['name']}: run a {fa} | run b {fb}")
     return out

@@ -2,48 +2,88 @@
 
 from __future__ import annotations
 
-import math
+import warnings
+
 from typing import Any, Sequence
 
 from evidence.analysis.load import TrialData
 from evidence.analysis.numbers import label, mean_of, pct_text, rel_of, round_floats
+from evidence.analysis.stats import Paired, holm, paired
 from evidence.metrics import METRICS, pct_key
 from evidence.spec.model import Spec
 
-SPREAD_METHOD = ("S = max(RR_a, RR_b), RR_p = (max - min) / mean of point p's measured output throughputs over all "
-                 "its repeats (the run-to-run relative range); the two CVs are shown beside it")
+ALPHA = 0.05
+METRIC = "output_throughput"
 
 
-def verdict_for(a: int, b: int, diffs: Sequence[float], spread: float | None, n_planned: int) -> tuple[str, str]:
-    """(kind, text) for a paired comparison; see METHODS['verdict']. Never claims more than the data holds."""
-    n = len(diffs)
+def units_of(rows: list[dict], session_of: dict[int, int]) -> tuple[str, list[tuple[Any, float, float]]]:
+    """The unit of a paired test and its (unit id, a, b) values from per-repeat rows with both sides measured.
+
+    The unit is the repeat, unless the paired repeats come from more than one engine session
+    (sweep.sessions > 1): then it is the session, valued by the mean over its paired repeats,
+    because repeats inside one server cannot show the variance between server starts.
+    """
+    both = [r for r in rows if r["a"] is not None and r["b"] is not None]
+    sessions = sorted({session_of.get(r["repeat"], 1) for r in both})
+    if len(sessions) <= 1:
+        return "repeat", [(r["repeat"], r["a"], r["b"]) for r in both]
+    out = []
+    for s_ in sessions:
+        rs = [r for r in both if session_of.get(r["repeat"], 1) == s_]
+        out.append((s_, mean_of([r["a"] for r in rs]), mean_of([r["b"] for r in rs])))
+    return "session", out
+
+
+def _positive(units: list[tuple[Any, float, float]]) -> list[tuple[Any, float, float]]:
+    # ln(a/b) needs both sides > 0; a zero throughput is a failed trial and is flagged, not tested.
+    return [u for u in units if u[1] > 0 and u[2] > 0]
+
+
+def paired_units(units: list[tuple[Any, float, float]], *, a: Any, b: Any, metric: str = METRIC,
+               higher_is_better: bool = True) -> Paired:
+    u = _positive(units)
+    with warnings.catch_warnings():  # near-identical ratios: scipy warns about precision; the limit is used
+        warnings.simplefilter("ignore", RuntimeWarning)
+        return paired([x[1] for x in u], [x[2] for x in u], a=a, b=b, metric=metric,
+                      higher_is_better=higher_is_better, alpha=ALPHA)
+
+
+def ci_text(r: dict | Paired) -> str:
+    """'95% CI -5.9% to +34.2%' (the level is the one the interval is at, e.g. 97.5% after Holm)."""
+    d = r.as_dict() if isinstance(r, Paired) else r
+    ci, lvl = d.get("ci95"), d.get("ci_level") or 0.95
+    if not ci:
+        return "no interval"
+    return f"{lvl * 100:.4g}% CI {pct_text(ci[0], 1, signed=True)} to {pct_text(ci[1], 1, signed=True)}"
+
+
+def p_text(p: float | None) -> str:
+    return "n/a" if p is None else (f"{p:.3g}" if p >= 0.001 else "< 0.001")
+
+
+def verdict_statement(r: Paired, a: int, b: int, unit: str, family: int, alone: Paired | None = None) -> str:
+    """One sentence no stronger than the interval: the verdict, the effect, its 95% interval, p and the MDE
+    (and, in a family of several, the Holm-adjusted p with the interval at its Holm step)."""
     A, B = label(a), label(b)
-    if n == 0:
-        return "no_data", "no data: no repeat has both points measured"
-    if n == 1:
-        return "single_repeat", "single repeat: no claim possible"
-    m = math.fsum(diffs) / n
-    if spread is None:
-        return "no_finding", "no finding (run-to-run spread could not be measured)"
-    if abs(m) <= spread:
-        return "no_finding", f"no finding (inside run-to-run spread of {pct_text(spread)})"
-    if all(d > 0 for d in diffs):
-        hi, lo = A, B
-    elif all(d < 0 for d in diffs):
-        hi, lo = B, A
-    else:
-        wins = sum(1 for d in diffs if d > 0)
-        return "no_finding", f"no finding (sign not consistent: {A} won {wins} of {n} repeats)"
-    if n < n_planned:
-        return "finding", f"{hi} > {lo} in every measured repeat ({n} of {n_planned} planned)"
-    return "finding", f"{hi} > {lo} in every repeat"
+    alone = alone or r
+    n = r.n_pairs
+    units = f"{n} paired {unit}{'s' if n != 1 else ''}"
+    if r.verdict == "no claim":
+        return (f"no claim: {A} vs {B} has {units}; an interval needs at least 2"
+                + (f" (mean paired difference {pct_text(r.effect, 1, signed=True)})" if r.effect is not None else ""))
+    holm_txt = (f"; Holm over {family} comparisons: adjusted p {p_text(r.p_adjusted)}, {ci_text(r)}"
+                if family > 1 else "")
+    body = (f"{pct_text(r.effect, 1, signed=True)} ({ci_text(alone)}; p {p_text(alone.p_value)}{holm_txt}; "
+            f"{A} better in {r.wins_a} of {n} {unit}s)")
+    if r.verdict == "finding":
+        hi, lo = (A, B) if r.better == a else (B, A)
+        return f"finding: {hi} > {lo}, {A} vs {B} {body}"
+    return f"not significant: {A} vs {B} {body}; smallest effect this noise could show (MDE) {pct_text(r.mde, 1)}"
 
 
-def comparison(a: int, b: int, points: dict[int, dict], by_rp: dict[tuple[int, int], dict], repeats: int) -> dict:
-    """Paired comparison from point rows and trial rows keyed by (repeat, point)."""
-    pa, pb = points[a], points[b]
+def comparison_rows(a: int, b: int, by_rp: dict[tuple[int, int], dict], repeats: int) -> tuple[list[dict], list[str]]:
+    """Per-repeat rows of a paired comparison (values, difference, winner) and the flags of its trials."""
     per = []
-    diffs = []
     flags: list[str] = []
     for r in range(1, repeats + 1):
         ta, tb = by_rp.get((r, a)), by_rp.get((r, b))
@@ -60,32 +100,64 @@ def comparison(a: int, b: int, points: dict[int, dict], by_rp: dict[tuple[int, i
                 notes.append(f"{t['id']} has no measured throughput")
             elif t["failed"]:
                 notes.append(f"{t['id']} had {t['failed']} failed request(s)")
-        if d is not None:
-            diffs.append(d)
         flags.extend(notes)
-        per.append({"repeat": r, "trial_a": ta["id"] if ta else None, "trial_b": tb["id"] if tb else None,
-                    "a": va, "b": vb, "diff": d,
+        session = (ta or tb or {}).get("session", 1)
+        per.append({"repeat": r, "session": session, "trial_a": ta["id"] if ta else None,
+                    "trial_b": tb["id"] if tb else None, "a": va, "b": vb, "diff": d,
                     "winner": None if d is None else ("a" if d > 0 else "b" if d < 0 else "tie"), "flags": notes})
-    ra, rb = pa["output_throughput"]["rel_range"], pb["output_throughput"]["rel_range"]
-    spread = max(ra, rb) if (ra is not None and rb is not None) else None
-    kind, text = verdict_for(a, b, diffs, spread, repeats)
-    if kind == "finding" and flags:
+    return per, flags
+
+
+def comparison(a: int, b: int, points: dict[int, dict], by_rp: dict[tuple[int, int], dict], repeats: int,
+               result: Paired | None = None, family: int = 1) -> dict:
+    """Paired comparison from point rows and trial rows keyed by (repeat, point).
+
+    `result` is the Holm-adjusted test when the caller ran it over a family; the comparison's own test
+    (tested alone) gives `ci95` and `p_value`; the family's gives the verdict, `p_adjusted` and `ci_adjusted`.
+    """
+    pa, pb = points[a], points[b]
+    per, flags = comparison_rows(a, b, by_rp, repeats)
+    unit, units = units_of(per, {r["repeat"]: r["session"] for r in per})
+    alone = paired_units(units, a=a, b=b)
+    r = result if result is not None else alone
+    diffs = [x["diff"] for x in per if x["diff"] is not None]
+    text = verdict_statement(r, a, b, unit, family, alone)
+    if r.verdict == "finding" and flags:
         text += " (caveat: " + "; ".join(flags) + ")"
+    if r.sign_note and r.verdict != "no claim":
+        text += f"; {r.sign_note}"
     return {
-        "name": f"{label(a)} vs {label(b)}", "a": a, "b": b,
-        "repeats": per, "repeats_planned": repeats, "pairs": len(diffs),
+        "name": f"{label(a)} vs {label(b)}", "a": a, "b": b, "metric": METRIC,
+        "repeats": per, "repeats_planned": repeats, "pairs": len(diffs), "unit": unit, "n_pairs": r.n_pairs,
         "mean_diff": mean_of(diffs), "min_diff": min(diffs) if diffs else None, "max_diff": max(diffs) if diffs else None,
-        "wins_a": sum(1 for d in diffs if d > 0), "wins_b": sum(1 for d in diffs if d < 0),
-        "ties": sum(1 for d in diffs if d == 0),
-        "spread": {"value": spread, "a_rel_range": ra, "b_rel_range": rb,
-                   "a_cv": pa["output_throughput"]["cv"], "b_cv": pb["output_throughput"]["cv"],
-                   "cv_kind": pa["output_throughput"]["std_kind"], "definition": SPREAD_METHOD},
-        "verdict_kind": kind, "verdict": text, "flags": flags,
+        "wins_a": r.wins_a, "wins_b": r.wins_b, "ties": r.ties,
+        "effect": r.effect, "ci95": list(alone.ci95) if alone.ci95 else None, "p_value": alone.p_value,
+        "p_adjusted": r.p_adjusted, "ci_adjusted": list(r.ci95) if r.ci95 else None,
+        "ci_adjusted_level": r.ci_level if r.ci95 else None, "family": family, "test": r.test, "mde": r.mde,
+        "sign_p": r.sign_p, "perm_p": r.perm_p, "sign_note": r.sign_note, "ratio_effect": r.ratio_effect,
+        "sd_log": r.sd_log, "better": r.better, "verdict": r.verdict, "statement": text,
+        "noise": {"a_cv": pa["output_throughput"]["cv"], "b_cv": pb["output_throughput"]["cv"],
+                  "cv_kind": pa["output_throughput"]["std_kind"], "a_rel_range": pa["output_throughput"]["rel_range"],
+                  "b_rel_range": pb["output_throughput"]["rel_range"]},
+        "flags": flags,
     }
 
 
+def comparison_family(pairs: Sequence[tuple[int, int]], points: dict[int, dict], by_rp: dict[tuple[int, int], dict],
+                      repeats: int) -> list[dict]:
+    """Several comparisons tested as one family: Holm-adjusted p, verdicts and step-level intervals."""
+    tests = []
+    for a, b in pairs:
+        per, _ = comparison_rows(a, b, by_rp, repeats)
+        _, units = units_of(per, {r["repeat"]: r["session"] for r in per})
+        tests.append(paired_units(units, a=a, b=b))
+    adjusted = holm(tests)
+    m = sum(1 for t in tests if t.p_value is not None)
+    return [comparison(a, b, points, by_rp, repeats, result=r, family=m) for (a, b), r in zip(pairs, adjusted)]
+
+
 def paired_comparison(res: dict, a: int, b: int) -> dict:
-    """The paired comparison of any two points of an analysis (as in res["comparisons"], without latency)."""
+    """The paired comparison of any two points of an analysis, tested alone (as in res["comparisons"], without latency)."""
     points = {p["point"]: p for p in res["points"]}
     if a not in points or b not in points:
         raise KeyError(f"point {a if a not in points else b} is not a point of this run")
@@ -205,21 +277,56 @@ def dominance(points: list[dict], trials_by: dict[tuple[int, int], TrialData], r
         out_points.append(entry)
     for e in out_points:
         for Q in e["dominated_by"]:
-            held, of = 0, 0
-            for r in range(1, spec.sweep.repeats + 1):
-                tq, tp = trials_by.get((r, Q)), trials_by.get((r, e["point"]))
-                vq = _trial_vector(rows[tq.id] if tq else None, crit)
-                vp = _trial_vector(rows[tp.id] if tp else None, crit)
-                if vq is None or vp is None:
-                    continue
-                of += 1
-                held += dominates(vq, vp, hb) == "dominates"
-            pairs.append({"dominant": Q, "dominated": e["point"],
-                          "statement": f"{label(e['point'])} is dominated by {label(Q)}",
-                          "held_in_repeats": held, "repeats_compared": of, "repeats_planned": spec.sweep.repeats})
+            pairs.append(_dominance_pair(Q, e["point"], crit, hb, vecs, trials_by, rows, spec))
     return {"criteria": [f"{m} {st}" for m, st in crit],
             "points": out_points, "pairs": pairs,
             "frontier": [e["point"] for e in out_points if e["dominated"] is False]}
+
+
+def _dominance_pair(Q: int, P: int, crit: list[tuple[str, str]], hb: list[bool], vecs: dict,
+                    trials_by: dict[tuple[int, int], TrialData], rows: dict[str, dict], spec: Spec) -> dict:
+    """'P is dominated by Q' on the means, tested as the same paired procedure on every criterion where the
+    means differ (Holm over those criteria): a finding only when Q is better on each with its interval."""
+    held, of = 0, 0
+    per: list[dict] = []
+    for r in range(1, spec.sweep.repeats + 1):
+        tq, tp = trials_by.get((r, Q)), trials_by.get((r, P))
+        vq = _trial_vector(rows[tq.id] if tq else None, crit)
+        vp = _trial_vector(rows[tp.id] if tp else None, crit)
+        if vq is None or vp is None:
+            continue
+        of += 1
+        held += dominates(vq, vp, hb) == "dominates"
+        per.append({"repeat": r, "session": (tq.session if tq else 1), "q": vq, "p": vp})
+    session_of = {x["repeat"]: x["session"] for x in per}
+    tested, tests = [], []
+    for i, (m, st) in enumerate(crit):
+        if vecs[Q][i] == vecs[P][i]:
+            continue  # equal means: a tie on this criterion, nothing to claim
+        rows_i = [{"repeat": x["repeat"], "a": x["q"][i], "b": x["p"][i]} for x in per]
+        unit, units = units_of(rows_i, session_of)
+        tested.append((m, st, unit))
+        tests.append(paired_units(units, a=Q, b=P, metric=f"{m} {st}", higher_is_better=hb[i]))
+    adjusted = holm(tests)
+    crit_out = [{"criterion": f"{m} {st}", "unit": unit, "n_pairs": t.n_pairs, "effect": t.effect,
+                 "ci": list(t.ci95) if t.ci95 else None, "ci_level": t.ci_level if t.ci95 else None,
+                 "p_value": t.p_value, "p_adjusted": t.p_adjusted, "verdict": t.verdict,
+                 "q_better": t.better == Q if t.verdict == "finding" else None}
+                for (m, st, unit), t in zip(tested, adjusted)]
+    if not adjusted or any(t.verdict == "no claim" for t in adjusted):
+        verdict = "no claim"
+    elif all(t.verdict == "finding" and t.better == Q for t in adjusted):
+        verdict = "finding"
+    else:
+        verdict = "not significant"
+    weak = [c["criterion"] for c in crit_out if not c["q_better"]]
+    text = (f"finding: {label(P)} is dominated by {label(Q)} (better on every criterion where the means differ, "
+            "each with its interval)" if verdict == "finding" else
+            f"{verdict}: {label(P)} is dominated by {label(Q)} on the means only"
+            + (f"; not shown by the paired intervals on {', '.join(weak)}" if weak else "; fewer than 2 pairs"))
+    return {"dominant": Q, "dominated": P, "statement": f"{label(P)} is dominated by {label(Q)}",
+            "held_in_repeats": held, "repeats_compared": of, "repeats_planned": spec.sweep.repeats,
+            "verdict": verdict, "verdict_statement": text, "criteria": crit_out}
 
 
 def _symbol(lo: float, hi: float) -> str:
@@ -253,11 +360,15 @@ def ordering(points: list[dict], trials_by, rows, comps_adj: list[dict], spec: S
     supported = label(pts[0]) if stmt is not None else None
     for (lo, hi), comp in zip(zip(pts, pts[1:]), comps_adj):
         sym = _symbol(means[lo], means[hi]) if (means[lo] is not None and means[hi] is not None) else None
-        finding = comp["verdict_kind"] == "finding"
+        # the symbol stands only when the paired test (Holm over the adjacent links) finds the same direction
+        agrees = comp["verdict"] == "finding" and sym == ("<" if comp["better"] == hi else ">")
         links.append({"lo": lo, "hi": hi, "symbol": sym, "mean_diff_lo_vs_hi": comp["mean_diff"],
-                      "spread": comp["spread"]["value"], "verdict": comp["verdict"], "verdict_kind": comp["verdict_kind"]})
+                      "effect": comp["effect"], "ci95": comp["ci95"], "ci_adjusted": comp["ci_adjusted"],
+                      "ci_adjusted_level": comp["ci_adjusted_level"],
+                      "p_value": comp["p_value"], "p_adjusted": comp["p_adjusted"], "mde": comp["mde"],
+                      "n_pairs": comp["n_pairs"], "verdict": comp["verdict"], "statement": comp["statement"]})
         if supported is not None:
-            supported += f" {sym if finding else '~'} {label(hi)}"
+            supported += f" {sym if agrees else '~'} {label(hi)}"
     if len(pts) < 2:
         supported = stmt
     every = stmt is not None and all(x["matches"] for x in per)

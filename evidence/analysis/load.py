@@ -9,6 +9,7 @@ from typing import Any
 
 from evidence.records import RequestRecord
 from evidence.spec.model import Spec, spec_from_json
+from evidence.rundir import ENGINE, META, PLAN_JSON, PROFILE, REQUESTS, RUN_JSON, SPEC_RESOLVED, SUMMARY, TELEMETRY, TRIALS
 
 
 class NotARunDir(ValueError):
@@ -31,7 +32,7 @@ class TrialData:
     meta: dict | None = None
     summary: dict | None = None
     load_problems: list[str] = field(default_factory=list)
-
+    session: int = 1  # the engine session (server start) the trial ran in; plans before sweep.sessions have one
 
 
 @dataclass
@@ -77,27 +78,27 @@ def load_run(run_dir: Path) -> RunData:
     if not run_dir.is_dir():
         raise NotARunDir(f"{run_dir} is not a folder. Give a run directory (runs/<run-id>/) that `evidence run` created; "
                          "it holds spec.resolved.json, plan.json and trials/.")
-    missing = [n for n in ("spec.resolved.json", "plan.json") if not (run_dir / n).is_file()]
+    missing = [n for n in (SPEC_RESOLVED, PLAN_JSON) if not (run_dir / n).is_file()]
     if missing:
         raise NotARunDir(f"{run_dir} is not a run directory: it has no {' and no '.join(missing)}. Give a folder under "
                          "runs/ that `evidence run` created (for a release, its run is under data/raw/<run-id>/).")
     problems: list[str] = []
     try:
-        spec = spec_from_json((run_dir / "spec.resolved.json").read_text(encoding="utf-8"))
+        spec = spec_from_json((run_dir / SPEC_RESOLVED).read_text(encoding="utf-8"))
     except Exception as e:  # pydantic ValidationError or bad JSON: the run dir is unusable
         raise NotARunDir(f"{run_dir}/spec.resolved.json could not be read as a spec ({str(e).splitlines()[0]}); "
                          "the run directory is damaged or was written by an incompatible version.") from None
     try:
-        plan = _read_json(run_dir / "plan.json")
+        plan = _read_json(run_dir / PLAN_JSON)
         plan_trials = plan["trials"]
     except Exception as e:
         raise NotARunDir(f"{run_dir}/plan.json is not a readable plan ({e}); the run directory is damaged.") from None
-    run_info = _read_json(run_dir / "run.json") if (run_dir / "run.json").is_file() else None
+    run_info = _read_json(run_dir / RUN_JSON) if (run_dir / RUN_JSON).is_file() else None
     if run_info is None:
         problems.append("run.json is missing: run id and status unknown")
     prov_files = _numbered(run_dir, "provenance")
     provenance = _read_json(prov_files[0]) if prov_files else None
-    res_files = _numbered(run_dir / "engine", "resolved")
+    res_files = _numbered(run_dir / ENGINE, "resolved")
     engine_resolved = _read_json(res_files[0]) if res_files else None
     later = [_read_json(p) for p in res_files[1:]]
 
@@ -107,33 +108,33 @@ def load_run(run_dir: Path) -> RunData:
         tid = str(t["id"])
         planned_ids.add(tid)
         td = TrialData(tid, int(t["index"]), int(t["repeat"]), int(t["point"]), int(t["position"]), int(t["prompts"]),
-                       present=False)
-        d = run_dir / "trials" / tid
-        if (d / "summary.json").is_file():
+                       present=False, session=int(t.get("session") or 1))
+        d = run_dir / TRIALS / tid
+        if (d / SUMMARY).is_file():
             td.present = True
             _load_trial(td, d)
         trials.append(td)
     unexpected = []
-    tdir = run_dir / "trials"
+    tdir = run_dir / TRIALS
     if tdir.is_dir():
         unexpected = sorted(p.name for p in tdir.iterdir()
-                            if p.is_dir() and not p.name.startswith(".") and (p / "summary.json").is_file()
+                            if p.is_dir() and not p.name.startswith(".") and (p / SUMMARY).is_file()
                             and p.name not in planned_ids)
     profile_files = []
-    if (run_dir / "profile").is_dir():
-        profile_files = sorted(p.relative_to(run_dir).as_posix() for p in (run_dir / "profile").rglob("*") if p.is_file())
+    if (run_dir / PROFILE).is_dir():
+        profile_files = sorted(p.relative_to(run_dir).as_posix() for p in (run_dir / PROFILE).rglob("*") if p.is_file())
     return RunData(spec, plan, run_info, provenance, [p.relative_to(run_dir).as_posix() for p in prov_files],
                    engine_resolved, [p.relative_to(run_dir).as_posix() for p in res_files], later,
                    trials, unexpected, profile_files, problems)
 
 
 def _load_trial(td: TrialData, d: Path) -> None:
-    td.summary = _read_json(d / "summary.json")
-    if (d / "meta.json").is_file():
-        td.meta = _read_json(d / "meta.json")
+    td.summary = _read_json(d / SUMMARY)
+    if (d / META).is_file():
+        td.meta = _read_json(d / META)
     else:
         td.load_problems.append("meta.json is missing")
-    rq = d / "requests.jsonl"
+    rq = d / REQUESTS
     if rq.is_file():
         for n, line in enumerate(rq.read_text(encoding="utf-8").splitlines(), start=1):
             if not line.strip():
@@ -144,7 +145,7 @@ def _load_trial(td: TrialData, d: Path) -> None:
                 td.load_problems.append(f"requests.jsonl line {n} unreadable ({type(e).__name__})")
     else:
         td.load_problems.append("requests.jsonl is missing")
-    tl = d / "telemetry.jsonl"
+    tl = d / TELEMETRY
     tmeta = (td.meta or {}).get("telemetry")
     why = tmeta.get("reason") if isinstance(tmeta, dict) and tmeta.get("reason") else None
     if not tl.is_file():

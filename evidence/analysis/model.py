@@ -87,15 +87,35 @@ class Comparison:
     wins_a: int = 0
     wins_b: int = 0
     ties: int = 0
-    verdict: str = ""
-    verdict_kind: str = ""
+    verdict: str = ""  # "finding" | "not significant" | "no claim"
+    statement: str = ""  # the sentence carrying effect, interval, p and MDE
+    metric: str = "output_throughput"
+    unit: str = "repeat"  # or "session"
+    n_pairs: int = 0
+    effect: float | None = None
+    ci95: list[float] | None = None
+    p_value: float | None = None
+    p_adjusted: float | None = None
+    ci_adjusted: list[float] | None = None
+    ci_adjusted_level: float | None = None
+    family: int = 1
+    test: str = ""
+    mde: float | None = None
+    sign_p: float | None = None
+    sign_note: str | None = None
+    better: int | None = None
     flags: list[str] = field(default_factory=list)
-    stats: dict | None = None  # the stated procedure's result (effect, ci95, p_value, mde, ...), when present
     raw: dict = field(default_factory=dict, repr=False, compare=False)
 
     @property
     def is_finding(self) -> bool:
-        return self.verdict_kind == "finding"
+        return self.verdict == "finding"
+
+    def as_json(self) -> dict:
+        """The keys a reader of `evidence analyze --json` relies on."""
+        return {"a": self.a, "b": self.b, "metric": self.metric, "n_pairs": self.n_pairs, "effect": self.effect,
+                "ci95": self.ci95, "p_value": self.p_value, "test": self.test, "mde": self.mde,
+                "verdict": self.verdict}
 
 
 @dataclass(frozen=True)

@@ -35,13 +35,15 @@ CSV_DECIMALS = {
     "gauge": 2,  # telemetry request counts (medians can be x.5)
     "frac": 4,  # KV cache usage as the server reports it (vLLM: a fraction 0-1)
     "tokens": 2,  # mean token counts
+    "p": 6,  # p-values
 }
 
 
 def trial_row(td: TrialData, spec: Spec) -> dict:
     pcts = list(spec.analysis.percentiles)
     row: dict[str, Any] = {
-        "id": td.id, "index": td.index, "repeat": td.repeat, "point": td.point, "position": td.position,
+        "id": td.id, "index": td.index, "repeat": td.repeat, "session": td.session, "point": td.point,
+        "position": td.position,
         "requests_planned": td.prompts, "status": "present" if td.present else "missing",
     }
     flags: list[str] = []
@@ -268,27 +270,34 @@ def csv_tables(res: dict) -> dict[str, str]:
                 rows.append([p["point"], m, method, d.get(key)] + [d.get(s) for s in stats] + [_flags(p["flags"])])
     out["point_latency.csv"] = _csv(h, rows)
 
-    h = [("comparison", "text"), ("a", "count"), ("b", "count"), ("repeats_planned", "count"), ("pairs", "count"),
-         ("mean_diff_pct", "pct"), ("min_diff_pct", "pct"), ("max_diff_pct", "pct"), ("wins_a", "count"),
-         ("wins_b", "count"), ("ties", "count"), ("a_rel_range_pct", "pct"), ("b_rel_range_pct", "pct"),
-         ("a_cv_pct", "pct"), ("b_cv_pct", "pct"), ("cv_kind", "text"), ("spread_pct", "pct"),
-         ("verdict_kind", "text"), ("verdict", "text"), ("flags", "text")]
+    h = [("comparison", "text"), ("family", "text"), ("a", "count"), ("b", "count"), ("repeats_planned", "count"),
+         ("pairs", "count"), ("unit", "text"), ("n_pairs", "count"), ("wins_a", "count"), ("wins_b", "count"),
+         ("ties", "count"), ("effect_pct", "pct"), ("ci_low_pct", "pct"), ("ci_high_pct", "pct"),
+         ("p_value", "p"), ("p_adjusted", "p"), ("ci_adjusted_low_pct", "pct"), ("ci_adjusted_high_pct", "pct"),
+         ("ci_adjusted_level_pct", "pct"), ("mde_pct", "pct"), ("sign_p", "p"),
+         ("perm_p", "p"), ("verdict", "text"), ("statement", "text"), ("mean_diff_pct", "pct"),
+         ("min_diff_pct", "pct"), ("max_diff_pct", "pct"), ("a_cv_pct", "pct"), ("b_cv_pct", "pct"),
+         ("cv_kind", "text"), ("a_rel_range_pct", "pct"), ("b_rel_range_pct", "pct"), ("test", "text"),
+         ("flags", "text")]
     rows = []
-    for c in res["comparisons"]:
-        s = c["spread"]
-        rows.append([c["name"], c["a"], c["b"], c["repeats_planned"], c["pairs"], c["mean_diff"], c["min_diff"],
-                     c["max_diff"], c["wins_a"], c["wins_b"], c["ties"], s["a_rel_range"], s["b_rel_range"],
-                     s["a_cv"], s["b_cv"], s["cv_kind"], s["value"], c["verdict_kind"], c["verdict"],
-                     _flags(c["flags"])])
+    for fam, key in (("declared", "comparisons"), ("adjacent", "adjacent")):
+        for c in res[key]:
+            nz, ci, cj = c["noise"], c["ci95"] or [None, None], c["ci_adjusted"] or [None, None]
+            rows.append([c["name"], fam, c["a"], c["b"], c["repeats_planned"], c["pairs"], c["unit"], c["n_pairs"],
+                         c["wins_a"], c["wins_b"], c["ties"], c["effect"], ci[0], ci[1], c["p_value"],
+                         c["p_adjusted"], cj[0], cj[1], c["ci_adjusted_level"], c["mde"], c["sign_p"], c["perm_p"], c["verdict"], c["statement"],
+                         c["mean_diff"], c["min_diff"], c["max_diff"], nz["a_cv"], nz["b_cv"], nz["cv_kind"],
+                         nz["a_rel_range"], nz["b_rel_range"], c["test"], _flags(c["flags"])])
     out["comparisons.csv"] = _csv(h, rows)
 
-    h = [("comparison", "text"), ("repeat", "count"), ("trial_a", "text"), ("trial_b", "text"),
-         ("a_tok_s", "tok_s"), ("b_tok_s", "tok_s"), ("diff_pct", "pct"), ("winner", "text"), ("flags", "text")]
+    h = [("comparison", "text"), ("repeat", "count"), ("session", "count"), ("trial_a", "text"),
+         ("trial_b", "text"), ("a_tok_s", "tok_s"), ("b_tok_s", "tok_s"), ("diff_pct", "pct"), ("winner", "text"),
+         ("flags", "text")]
     rows = []
     for c in res["comparisons"]:
         for r in c["repeats"]:
-            rows.append([c["name"], r["repeat"], r["trial_a"], r["trial_b"], r["a"], r["b"], r["diff"], r["winner"],
-                         _flags(r["flags"])])
+            rows.append([c["name"], r["repeat"], r["session"], r["trial_a"], r["trial_b"], r["a"], r["b"], r["diff"],
+                         r["winner"], _flags(r["flags"])])
     out["paired.csv"] = _csv(h, rows)
 
     h = [("comparison", "text"), ("metric", "text"), ("stat", "text"), ("unit", "text"), ("a", "text"),
@@ -307,14 +316,15 @@ def csv_tables(res: dict) -> dict[str, str]:
     pmap = {p["point"]: p for p in res["points"]}
     held = {(d["dominant"], d["dominated"]): d for d in dom["pairs"]}
     h = [("point", "count"), ("output_throughput_mean_tok_s", "tok_s"), ("dominated", "bool"),
-         ("dominated_by", "text"), ("held_in_repeats", "text"), ("dominates", "text"), ("tied_with", "text"),
-         ("not_compared", "text"), ("note", "text"), ("flags", "text")]
+         ("dominated_by", "text"), ("held_in_repeats", "text"), ("verdict", "text"), ("dominates", "text"),
+         ("tied_with", "text"), ("not_compared", "text"), ("note", "text"), ("flags", "text")]
     rows = []
     for e in dom["points"]:
         hr = " ".join(f"{label(q)}:{held[(q, e['point'])]['held_in_repeats']}/{held[(q, e['point'])]['repeats_planned']}"
                       for q in e["dominated_by"])
+        vd = " ".join(f"{label(q)}:{held[(q, e['point'])]['verdict']}" for q in e["dominated_by"])
         rows.append([e["point"], pmap[e["point"]]["output_throughput"]["mean"], e["dominated"],
-                     " ".join(label(q) for q in e["dominated_by"]), hr, " ".join(label(q) for q in e["dominates"]),
+                     " ".join(label(q) for q in e["dominated_by"]), hr, vd, " ".join(label(q) for q in e["dominates"]),
                      " ".join(label(q) for q in e["tied_with"]), " ".join(label(q) for q in e["not_compared"]),
                      e.get("note", ""), _flags(e["flags"])])
     out["dominance.csv"] = _csv(h, rows)

@@ -49,19 +49,35 @@ def _points_table(res: dict) -> Table:
     return t
 
 
-def _print_findings(res: dict) -> None:
+def _comparisons_table(res: dict) -> Table:
+    """Every declared comparison: the win count beside the interval, p and MDE it must not outrun."""
+    from evidence.analysis.findings import p_text
     from evidence.analysis.numbers import pct_text
 
-    out.print(_points_table(res))
+    t = Table(title="paired comparisons (output throughput; paired t on ln(a/b), Holm over the declared ones)")
+    for col in ("comparison", "verdict", "wins a-b", "n", "effect", "95% CI", "p", "p (Holm)", "MDE"):
+        t.add_column(col, justify="left" if col in ("comparison", "verdict") else "right")
     for c in res["comparisons"]:
-        out.print(f"[bold]{c['name']}[/]: {c['verdict']} (mean paired advantage {pct_text(c['mean_diff'], signed=True)}, "
-                  f"wins {c['wins_a']}-{c['wins_b']}, spread {pct_text(c['spread']['value'])})", markup=True)
+        ci = c["ci95"]
+        t.add_row(c["name"], c["verdict"], f"{c['wins_a']}-{c['wins_b']}", f"{c['n_pairs']} {c['unit']}s",
+                  pct_text(c["effect"], 1, signed=True),
+                  f"{pct_text(ci[0], 1, signed=True)} to {pct_text(ci[1], 1, signed=True)}" if ci else "n/a",
+                  p_text(c["p_value"]), p_text(c["p_adjusted"]), pct_text(c["mde"], 1))
+    return t
+
+
+def _print_findings(res: dict) -> None:
+    out.print(_points_table(res))
+    if res["comparisons"]:
+        out.print(_comparisons_table(res))
+    for c in res["comparisons"]:
+        out.print(f"[bold]{c['name']}[/]: {c['statement']}", markup=True)
     o = res["ordering"]
     if o["statement"]:
         out.print(f"ordering: {o['statement']} (held in {o['held_in_repeats']}/{o['repeats_planned']} repeats; "
                   f"supported: {o['supported_statement']})")
     for d in res["dominance"]["pairs"]:
-        out.print(f"dominance: {d['statement']} (held in {d['held_in_repeats']}/{d['repeats_planned']} repeats)")
+        out.print(f"dominance: {d['verdict_statement']} (held in {d['held_in_repeats']}/{d['repeats_planned']} repeats)")
     comp = res["completeness"]
     if comp["missing"] or comp["with_failures"] or comp["zero_completed"]:
         out.print(f"[yellow]caution[/]: missing {comp['missing'] or 'none'}; failed requests in "
@@ -179,12 +195,15 @@ def register(app: typer.Typer) -> None:
             sys.stdout.write(dumps(c))
             return
         t = Table(title="mean output throughput per point (tok/s)")
-        for col in ("point", "a", "b", "shift (b-a)/a", "CV a", "CV b", "repeats a", "repeats b"):
-            t.add_column(col, justify="left" if col == "point" else "right")
+        for col in ("point", "a", "b", "shift (b-a)/a", "95% CI (Welch, logs)", "verdict", "CV a", "CV b", "repeats a",
+                    "repeats b"):
+            t.add_column(col, justify="left" if col in ("point", "verdict") else "right")
         for p in c["points"]:
+            ci = p["shift_ci95"]
             t.add_row(p["label"], f"{p['a_mean']:,.2f}" if p["a_mean"] is not None else "n/a",
                       f"{p['b_mean']:,.2f}" if p["b_mean"] is not None else "n/a", pct_text(p["shift"], signed=True),
-                      pct_text(p["a_cv"]), pct_text(p["b_cv"]), p["a_repeats"], p["b_repeats"])
+                      f"{pct_text(ci[0], 1, signed=True)} to {pct_text(ci[1], 1, signed=True)}" if ci else "n/a",
+                      p["shift_verdict"], pct_text(p["a_cv"]), pct_text(p["b_cv"]), p["a_repeats"], p["b_repeats"])
         out.print(t)
         for line in summary_lines(c):
             out.print(line)

@@ -33,8 +33,10 @@ from evidence.analysis.tables import CSV_DECIMALS, latency_stats
 from evidence.canon import write_atomic
 from evidence.figures import figure_bytes, render_environment
 from evidence.metrics import METRIC_DOCS
+from evidence.analysis.findings import p_text
 from evidence.report.format import fixed, join_flags, num, pct, provenance_rows, section, table, text, utc
 from evidence.report.layout import geometry_rows, latency_concurrency_table, verdict_lines
+from evidence.rundir import PROVENANCE_JSON, REPORT
 
 TEMPLATE_NAMES = ("report.md.j2", "report.html.j2")
 FIGURE_TITLES = {
@@ -76,37 +78,6 @@ def find_templates(templates_dir: Path | None = None) -> Path:
 # ------------------------------------------------------------------ sections ----
 
 
-def _summary(res: dict) -> list[str]:
-    a = Analysis.from_dict(res)
-    out = []
-    c = a.completeness
-    status = c.run_status or "unknown"
-    out.append(f"Run status: {status}; {c.trials_present} of {c.trials_planned} planned trials recorded"
-               + (f" (missing: {', '.join(c.missing)})" if c.missing else "")
-               + (f"; trials with failed requests: {', '.join(c.with_failures)}" if c.with_failures else "") + ".")
-    pts = "; ".join(f"{p.label} {num(p.output_throughput.mean)} tok/s (CV {pct(p.output_throughput.cv)}, "
-                    f"n={p.repeats_measured}/{p.repeats_planned})" for p in a.points)
-    out.append(f"Mean output throughput ({a.spec.cv} CV): {pts}.")
-    o = a.ordering
-    if o.statement:
-        out.append(f"Ordering of means: {o.statement}; it held in {o.held_in_repeats} of {o.repeats_planned} "
-                   f"repeats. Supported by the paired verdicts: {o.supported_statement} ('~' = not a finding).")
-    for cmp in a.comparisons:
-        if not cmp.pairs:
-            out.append(f"{cmp.name}: {cmp.verdict}.")
-            continue
-        out.append(f"{cmp.name}: {cmp.verdict}. Mean paired advantage of {label(cmp.a)} "
-                   f"{pct(cmp.mean_diff, signed=True)} over {cmp.pairs} paired repeat(s); {label(cmp.a)} won "
-                   f"{cmp.wins_a}, {label(cmp.b)} won {cmp.wins_b}; run-to-run spread "
-                   f"{pct(cmp.raw['spread']['value'])}.")
-    for d in res["dominance"]["pairs"]:
-        out.append(f"{d['statement']} (on every reported latency metric and throughput, means over repeats; the same "
-                   f"held in {d['held_in_repeats']} of {d['repeats_planned']} repeats).")
-    if not res["dominance"]["pairs"]:
-        out.append("No point is dominated by another on the reported metrics.")
-    return out
-
-
 def _setup_tables(data: RunData, res: dict) -> list[dict]:
     s = data.spec
     w, sw = s.workload, s.sweep
@@ -137,7 +108,7 @@ def _setup_tables(data: RunData, res: dict) -> list[dict]:
         out.append(table("Environment found (provenance.json" + (f"; after engine restarts also {', '.join(later)}"
                                                                  if later else "") + ")", ["item", "value"], prow, "ll"))
     elif not prov:
-        out.append(table("Environment found", ["item", "value"], [("provenance.json", "absent from the run")], "ll"))
+        out.append(table("Environment found", ["item", "value"], [(PROVENANCE_JSON, "absent from the run")], "ll"))
     er = res["setup"]["engine_resolved"]
     if isinstance(er, dict) and er:
         rows = []
@@ -221,16 +192,28 @@ def _comparison_tables(res: dict) -> list[dict]:
     out = []
     for c in res["comparisons"]:
         A, B = label(c["a"]), label(c["b"])
-        rows = [(f"repeat {r['repeat']}", num(r["a"]), num(r["b"]), pct(r["diff"], signed=True),
+        rows = [(f"repeat {r['repeat']}" + (f" (session {r['session']})" if c["unit"] == "session" else ""),
+                 num(r["a"]), num(r["b"]), pct(r["diff"], signed=True),
                  {"a": A, "b": B, "tie": "tie", None: "n/a"}[r["winner"]], join_flags(r["flags"])) for r in c["repeats"]]
-        s = c["spread"]
         rows.append(("mean", "", "", pct(c["mean_diff"], signed=True), f"{A} {c['wins_a']}, {B} {c['wins_b']}"
                      + (f", ties {c['ties']}" if c["ties"] else ""), ""))
-        note = (f"Verdict: {c['verdict']}. Spread = max of the two points' run-to-run relative ranges: {A} "
-                f"{pct(s['a_rel_range'])}, {B} {pct(s['b_rel_range'])} -> {pct(s['value'])} (CVs, {s['cv_kind']}: "
-                f"{A} {pct(s['a_cv'])}, {B} {pct(s['b_cv'])}). Paired difference = (T_{A} - T_{B}) / T_{B}.")
+        ci, cj = c["ci95"], c["ci_adjusted"]
+        stats = [("verdict", c["verdict"]), ("unit, pairs", f"{c['unit']}, {c['n_pairs']}"),
+                 ("effect (mean of (a - b) / b)", pct(c["effect"], signed=True, d=2)),
+                 ("95% interval", f"{pct(ci[0], signed=True, d=2)} to {pct(ci[1], signed=True, d=2)}" if ci else "n/a"),
+                 ("p (paired t on ln a/b)", p_text(c["p_value"])),
+                 ("Holm over the declared comparisons",
+                  f"{c['family']} comparison(s): adjusted p {p_text(c['p_adjusted'])}"
+                  + (f", {pct(c['ci_adjusted_level'], d=2)} interval {pct(cj[0], signed=True, d=2)} to "
+                     f"{pct(cj[1], signed=True, d=2)}" if cj and c["family"] > 1 else "")),
+                 ("smallest detectable effect (MDE)", pct(c["mde"], d=2)),
+                 ("exact sign p / permutation p", f"{p_text(c['sign_p'])} / {p_text(c['perm_p'])}"
+                  + (f" ({c['sign_note']})" if c["sign_note"] else "")),
+                 ("noise: CV " + c["noise"]["cv_kind"], f"{A} {pct(c['noise']['a_cv'])}, {B} {pct(c['noise']['b_cv'])}")]
+        note = (f"{c['statement']}. Paired difference = (T_{A} - T_{B}) / T_{B}. Test: {c['test']}.")
         out.append(table(f"Paired comparison {A} vs {B} (output throughput, tok/s)",
                          ["repeat", A, B, "paired difference", "winner", "flags"], rows, "lrrrll", note))
+        out.append(table(f"{A} vs {B}: the stated procedure", ["item", "value"], stats, "ll"))
     return out
 
 
@@ -297,13 +280,15 @@ def _dominance_tables(res: dict) -> list[dict]:
                      "n/a" if r["matches"] is None else ("yes" if r["matches"] else "NO")))
     t2 = table(f"Ordering of points by output throughput: held in {o['held_in_repeats']} of {o['repeats_planned']} "
                "repeats", ["scope", "statement", "same as means"], rows, "lll")
-    rows = [(f"{label(lk['lo'])} vs {label(lk['hi'])}", lk["symbol"] or "n/a", pct(lk["mean_diff_lo_vs_hi"], signed=True),
-             pct(lk["spread"]), lk["verdict"]) for lk in o["links"]]
-    t3 = table("Adjacent points: paired verdicts behind each ordering symbol",
-               ["pair", "symbol (means)", "mean paired difference", "spread", "verdict"], rows, "lcrrl",
-               "mean paired difference: (T_lo - T_hi) / T_hi averaged over repeats, where T is a trial's output "
-               "throughput and lo / hi the lower / higher concurrency; spread: the run-to-run range used by the "
-               "verdict (see Paired comparisons).")
+    rows = [(f"{label(lk['lo'])} vs {label(lk['hi'])}", lk["symbol"] or "n/a", pct(lk["effect"], signed=True, d=1),
+             f"{pct(lk['ci95'][0], signed=True, d=1)} to {pct(lk['ci95'][1], signed=True, d=1)}" if lk["ci95"] else "n/a",
+             p_text(lk["p_value"]), p_text(lk["p_adjusted"]), pct(lk["mde"], d=1), lk["verdict"]) for lk in o["links"]]
+    t3 = table("Adjacent points: the paired test behind each ordering symbol",
+               ["pair", "symbol (means)", "effect lo vs hi", "95% interval", "p", "p (Holm)", "MDE", "verdict"], rows,
+               "lcrrrrrl", "effect: mean of (T_lo - T_hi) / T_hi over the paired units, where T is a trial's output "
+               "throughput and lo / hi the lower / higher concurrency; " + METHODS["multiplicity"] + ".")
+    if dom["pairs"]:
+        t1["note"] += " Paired verdicts: " + "; ".join(d["verdict_statement"] for d in dom["pairs"]) + "."
     return [t1, t2, t3]
 
 
@@ -377,10 +362,14 @@ def _dates(data: RunData) -> str:
 def build_context(run_dir: Path, data: RunData, res: dict, figs: dict[str, bytes], figures_rel: str = "../figures") -> dict:
     spec = data.spec
     have = [n[: -len(".png")] for n in figs if n.endswith(".png")]
-    extra = [n for n in have if n not in PLACED_FIGURES]  # e.g. per-trial time series: shown without a change here
+    # A figure the layout does not place by name shows without a change here: one about latency against
+    # concurrency beside that table, any other (per-trial time series...) in the within-trial section.
+    unplaced = [n for n in have if n not in PLACED_FIGURES]
+    lat = [n for n in have if n == "latency_vs_concurrency" or (n in unplaced and "latency" in n and "concurrency" in n)]
+    extra = [n for n in unplaced if n not in lat]
     sections = []
     sections.append(section("latency", "Latency against concurrency", tables=[latency_concurrency_table(res)],
-                            figures=[n for n in ("latency_vs_concurrency",) if n in have]))
+                            figures=lat))
     sections.append(section("timeseries", "Within each trial: throughput and requests over time",
                             figures=extra + [n for n in ("telemetry",) if n in have], tables=[_telemetry_table(res)]))
     sections.append(section("tradeoff", "Throughput against latency", tables=_dominance_tables(res),
@@ -390,7 +379,8 @@ def build_context(run_dir: Path, data: RunData, res: dict, figs: dict[str, bytes
                             figures=[n for n in ("latency_ecdf",) if n in have]))
     sections.append(section("throughput", "Throughput per point", tables=[_points_table(res), _prompt_table(res)]))
     sections.append(section("paired", "Paired comparisons", tables=_comparison_tables(res),
-                            paragraphs=[METHODS["verdict"] + "."] if res["comparisons"] else
+                            paragraphs=[METHODS["paired_test"] + ".", METHODS["multiplicity"] + ".",
+                                        METHODS["verdict"] + "."] if res["comparisons"] else
                             ["The spec names no comparison (analysis.comparisons); see the ordering above."]))
     gp, gt = _goodput_tables(res)
     sections.append(section("goodput", "SLO goodput", paragraphs=gp, tables=gt))
@@ -534,7 +524,7 @@ def render_report(run_dir: Path, out_dir: Path | None = None, *, data: RunData |
     figs = figures if figures is not None else figure_bytes(data, res)
     ctx = build_context(run_dir, data, res, figs, figures_rel=figures_rel)
     env = _env(find_templates(templates_dir))
-    out = Path(out_dir) if out_dir is not None else run_dir / "report"
+    out = Path(out_dir) if out_dir is not None else run_dir / REPORT
     written = []
     for tname, fname in (("report.md.j2", "report.md"), ("report.html.j2", "report.html")):
         body = env.get_template(tname).render(**ctx)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import shutil
 import sys
 from pathlib import Path
@@ -38,6 +39,16 @@ def test_compare_two_runs(tmp_path: Path) -> None:
     assert pts[4]["a_mean"] == pytest.approx(300.0) and pts[4]["b_mean"] == pytest.approx(288.0)
     for p in pts.values():
         assert p["shift"] == pytest.approx(-0.04, abs=1e-8)
+    # the runs are not paired, so the shift is tested unpaired (Welch on logs). By hand: both runs' logs have the
+    # same spread (repeat factors 0.99, 1, 1.01), so df = 4 and se = sqrt(2 s^2 / 3); the interval of the
+    # difference of mean logs, ln 0.96 -+ t(0.975, 4) se, back-transformed.
+    lx = [math.log(f) for f in (0.99, 1.0, 1.01)]
+    m = sum(lx) / 3
+    s2 = sum((x - m) ** 2 for x in lx) / 2
+    half = 2.7764451051977987 * math.sqrt(2 * s2 / 3)
+    lo, hi = math.exp(math.log(0.96) - half) - 1, math.exp(math.log(0.96) + half) - 1
+    assert pts[4]["shift_ci95"] == [pytest.approx(lo, abs=1e-9), pytest.approx(hi, abs=1e-9)] and hi < 0
+    assert pts[4]["shift_verdict"] == "finding" and pts[4]["shift_p"] < 0.05
     # ordering the same in both, and the same rank
     o = c["ordering"]
     assert o["a"] == o["b"] == "C1 < C4 > C16" and o["same"] and o["same_rank"] and o["rank_a"] == [4, 16, 1]
@@ -46,7 +57,8 @@ def test_compare_two_runs(tmp_path: Path) -> None:
     assert comp["name"] == "C4 vs C16"
     for side in ("run_a", "run_b"):
         assert comp[side]["mean_diff"] == pytest.approx(300 / 280 - 1, abs=1e-8)
-        assert comp[side]["verdict"] == "C4 > C16 in every repeat"
+        assert comp[side]["verdict"] == "finding" and comp[side]["better"] == 4  # the same ratio in every repeat
+        assert comp[side]["ci95"] == [pytest.approx(300 / 280 - 1, abs=1e-8)] * 2
     assert comp["both_findings_agree"] is True
     # differences: the spec only by name (excluded), engine setting, packages, host
     assert c["same_spec_except_name"] is True and c["spec_diff"] == []

@@ -77,7 +77,8 @@ def test_content(rendered: dict) -> None:
     assert "max_num_batched_tokens | 2048 |" in md and "server log: scheduler config" in md
     assert "| engine version | 0.32.0 | 0.32.0 | yes |" in md
     # tables and verdicts, missing and failed trials named
-    assert "Paired comparison C4 vs C16" in md and "Verdict:" in md
+    assert "Paired comparison C4 vs C16" in md and "C4 vs C16: the stated procedure" in md
+    assert "| 95% interval |" in md and "smallest detectable effect (MDE)" in md and "spread" not in md.lower()
     assert "r2-c16" in md and "r1-c4" in md and "Caution" in md
     assert "Latency side by side: C4 vs C16" in md and "Dominance over all points" in md
     # caveats the data supports

@@ -34,9 +34,12 @@ def caveats(data: RunData, res: dict) -> list[str]:
             out.append(c["statement"][0].upper() + c["statement"][1:] + ".")
         elif c.get("sign_note"):
             out.append(f"{c['name']}: a finding by the t interval only; {c['sign_note']}.")
-    if any(c["unit"] == "session" for c in res["comparisons"]):
-        out.append("The repeats ran in more than one engine session: comparisons use the session (mean over its "
-                   "repeats) as the unit, so their n is the number of sessions.")
+    for c in res["comparisons"]:
+        ss = c.get("sessions")
+        if ss:
+            out.append(f"{c['name']}: the repeats ran in {ss['sessions']} engine sessions; sd of ln(a/b) within a "
+                       f"session {ss['sd_within_log']:.4f}, between sessions {ss['sd_between_log']:.4f} (F-test p "
+                       f"{ss['f_p']:.3g}); the test's unit is the {c['unit']} (n = {c['n_units']}).")
     if spec.model.load_format == "dummy":
         note = spec.model.dummy_weights_note or "random weights: timings reflect the architecture, the text is meaningless"
         out.append(f"Dummy weights (--load-format dummy): {note}. Not a measurement of the real model's weights.")

@@ -16,36 +16,17 @@ ALPHA = 0.05
 METRIC = "output_throughput"
 
 
-def units_of(rows: list[dict], session_of: dict[int, int]) -> tuple[str, list[tuple[Any, float, float]]]:
-    """The unit of a paired test and its (unit id, a, b) values from per-repeat rows with both sides measured.
-
-    The unit is the repeat, unless the paired repeats come from more than one engine session
-    (sweep.sessions > 1): then it is the session, valued by the mean over its paired repeats,
-    because repeats inside one server cannot show the variance between server starts.
-    """
-    both = [r for r in rows if r["a"] is not None and r["b"] is not None]
-    sessions = sorted({session_of.get(r["repeat"], 1) for r in both})
-    if len(sessions) <= 1:
-        return "repeat", [(r["repeat"], r["a"], r["b"]) for r in both]
-    out = []
-    for s_ in sessions:
-        rs = [r for r in both if session_of.get(r["repeat"], 1) == s_]
-        out.append((s_, mean_of([r["a"] for r in rs]), mean_of([r["b"] for r in rs])))
-    return "session", out
-
-
-def _positive(units: list[tuple[Any, float, float]]) -> list[tuple[Any, float, float]]:
+def paired_units(rows: list[dict], *, a: Any, b: Any, metric: str = METRIC, higher_is_better: bool = True) -> Paired:
+    """The stated procedure over per-repeat rows {"a", "b", "session"}: rows with an unmeasured side are left
+    out of the pair; with 2 or more engine sessions whose means differ, stats.paired makes the session the unit."""
     # ln(a/b) needs both sides > 0; a zero throughput is a failed trial and is flagged, not tested.
-    return [u for u in units if u[1] > 0 and u[2] > 0]
-
-
-def paired_units(units: list[tuple[Any, float, float]], *, a: Any, b: Any, metric: str = METRIC,
-               higher_is_better: bool = True) -> Paired:
-    u = _positive(units)
+    u = [r for r in rows if r["a"] is not None and r["b"] is not None and r["a"] > 0 and r["b"] > 0]
+    sessions = [int(r.get("session") or 1) for r in u]
     with warnings.catch_warnings():  # near-identical ratios: scipy warns about precision; the limit is used
         warnings.simplefilter("ignore", RuntimeWarning)
-        return paired([x[1] for x in u], [x[2] for x in u], a=a, b=b, metric=metric,
-                      higher_is_better=higher_is_better, alpha=ALPHA)
+        return paired([r["a"] for r in u], [r["b"] for r in u], a=a, b=b, metric=metric,
+                      higher_is_better=higher_is_better, alpha=ALPHA,
+                      sessions=sessions if len(set(sessions)) > 1 else None)
 
 
 def ci_text(r: dict | Paired) -> str:
@@ -66,7 +47,7 @@ def verdict_statement(r: Paired, a: int, b: int, unit: str, family: int, alone: 
     (and, in a family of several, the Holm-adjusted p with the interval at its Holm step)."""
     A, B = label(a), label(b)
     alone = alone or r
-    n = r.n_pairs
+    n = r.n_units
     units = f"{n} paired {unit}{'s' if n != 1 else ''}"
     if r.verdict == "no claim":
         return (f"no claim: {A} vs {B} has {units}; an interval needs at least 2"
@@ -74,7 +55,8 @@ def verdict_statement(r: Paired, a: int, b: int, unit: str, family: int, alone: 
     holm_txt = (f"; Holm over {family} comparisons: adjusted p {p_text(r.p_adjusted)}, {ci_text(r)}"
                 if family > 1 else "")
     body = (f"{pct_text(r.effect, 1, signed=True)} ({ci_text(alone)}; p {p_text(alone.p_value)}{holm_txt}; "
-            f"{A} better in {r.wins_a} of {n} {unit}s)")
+            f"{A} better in {r.wins_a} of {r.n_pairs} repeats"
+            + (f"; {n} sessions are the unit" if unit == "session" else "") + ")")
     if r.verdict == "finding":
         hi, lo = (A, B) if r.better == a else (B, A)
         return f"finding: {hi} > {lo}, {A} vs {B} {body}"
@@ -117,18 +99,18 @@ def comparison(a: int, b: int, points: dict[int, dict], by_rp: dict[tuple[int, i
     """
     pa, pb = points[a], points[b]
     per, flags = comparison_rows(a, b, by_rp, repeats)
-    unit, units = units_of(per, {r["repeat"]: r["session"] for r in per})
-    alone = paired_units(units, a=a, b=b)
+    alone = paired_units(per, a=a, b=b)
     r = result if result is not None else alone
     diffs = [x["diff"] for x in per if x["diff"] is not None]
-    text = verdict_statement(r, a, b, unit, family, alone)
+    text = verdict_statement(r, a, b, r.unit, family, alone)
     if r.verdict == "finding" and flags:
         text += " (caveat: " + "; ".join(flags) + ")"
     if r.sign_note and r.verdict != "no claim":
         text += f"; {r.sign_note}"
     return {
         "name": f"{label(a)} vs {label(b)}", "a": a, "b": b, "metric": METRIC,
-        "repeats": per, "repeats_planned": repeats, "pairs": len(diffs), "unit": unit, "n_pairs": r.n_pairs,
+        "repeats": per, "repeats_planned": repeats, "pairs": len(diffs), "unit": r.unit, "n_pairs": r.n_pairs,
+        "n_units": r.n_units, "sessions": _sessions(r),
         "mean_diff": mean_of(diffs), "min_diff": min(diffs) if diffs else None, "max_diff": max(diffs) if diffs else None,
         "wins_a": r.wins_a, "wins_b": r.wins_b, "ties": r.ties,
         "effect": r.effect, "ci95": list(alone.ci95) if alone.ci95 else None, "p_value": alone.p_value,
@@ -143,14 +125,22 @@ def comparison(a: int, b: int, points: dict[int, dict], by_rp: dict[tuple[int, i
     }
 
 
+def _sessions(r: Paired) -> dict | None:
+    """Within- and between-session spread of ln(a/b) when the pairs came from several engine sessions."""
+    c = r.components
+    if not c:
+        return None
+    return {"sessions": c["sessions"], "repeats": c["repeats"], "sd_within_log": c["sd_within"],
+            "sd_between_log": c["sd_between"], "f_p": c["f_p"], "unit": r.unit, "note": r.note}
+
+
 def comparison_family(pairs: Sequence[tuple[int, int]], points: dict[int, dict], by_rp: dict[tuple[int, int], dict],
                       repeats: int) -> list[dict]:
     """Several comparisons tested as one family: Holm-adjusted p, verdicts and step-level intervals."""
     tests = []
     for a, b in pairs:
         per, _ = comparison_rows(a, b, by_rp, repeats)
-        _, units = units_of(per, {r["repeat"]: r["session"] for r in per})
-        tests.append(paired_units(units, a=a, b=b))
+        tests.append(paired_units(per, a=a, b=b))
     adjusted = holm(tests)
     m = sum(1 for t in tests if t.p_value is not None)
     return [comparison(a, b, points, by_rp, repeats, result=r, family=m) for (a, b), r in zip(pairs, adjusted)]
@@ -298,21 +288,19 @@ def _dominance_pair(Q: int, P: int, crit: list[tuple[str, str]], hb: list[bool],
         of += 1
         held += dominates(vq, vp, hb) == "dominates"
         per.append({"repeat": r, "session": (tq.session if tq else 1), "q": vq, "p": vp})
-    session_of = {x["repeat"]: x["session"] for x in per}
     tested, tests = [], []
     for i, (m, st) in enumerate(crit):
         if vecs[Q][i] == vecs[P][i]:
             continue  # equal means: a tie on this criterion, nothing to claim
-        rows_i = [{"repeat": x["repeat"], "a": x["q"][i], "b": x["p"][i]} for x in per]
-        unit, units = units_of(rows_i, session_of)
-        tested.append((m, st, unit))
-        tests.append(paired_units(units, a=Q, b=P, metric=f"{m} {st}", higher_is_better=hb[i]))
+        rows_i = [{"repeat": x["repeat"], "session": x["session"], "a": x["q"][i], "b": x["p"][i]} for x in per]
+        tested.append((m, st))
+        tests.append(paired_units(rows_i, a=Q, b=P, metric=f"{m} {st}", higher_is_better=hb[i]))
     adjusted = holm(tests)
-    crit_out = [{"criterion": f"{m} {st}", "unit": unit, "n_pairs": t.n_pairs, "effect": t.effect,
+    crit_out = [{"criterion": f"{m} {st}", "unit": t.unit, "n_units": t.n_units, "effect": t.effect,
                  "ci": list(t.ci95) if t.ci95 else None, "ci_level": t.ci_level if t.ci95 else None,
                  "p_value": t.p_value, "p_adjusted": t.p_adjusted, "verdict": t.verdict,
                  "q_better": t.better == Q if t.verdict == "finding" else None}
-                for (m, st, unit), t in zip(tested, adjusted)]
+                for (m, st), t in zip(tested, adjusted)]
     if not adjusted or any(t.verdict == "no claim" for t in adjusted):
         verdict = "no claim"
     elif all(t.verdict == "finding" and t.better == Q for t in adjusted):
@@ -366,7 +354,7 @@ def ordering(points: list[dict], trials_by, rows, comps_adj: list[dict], spec: S
                       "effect": comp["effect"], "ci95": comp["ci95"], "ci_adjusted": comp["ci_adjusted"],
                       "ci_adjusted_level": comp["ci_adjusted_level"],
                       "p_value": comp["p_value"], "p_adjusted": comp["p_adjusted"], "mde": comp["mde"],
-                      "n_pairs": comp["n_pairs"], "verdict": comp["verdict"], "statement": comp["statement"]})
+                      "n_units": comp["n_units"], "unit": comp["unit"], "verdict": comp["verdict"], "statement": comp["statement"]})
         if supported is not None:
             supported += f" {sym if agrees else '~'} {label(hi)}"
     if len(pts) < 2:

@@ -91,7 +91,8 @@ class Comparison:
     statement: str = ""  # the sentence carrying effect, interval, p and MDE
     metric: str = "output_throughput"
     unit: str = "repeat"  # or "session"
-    n_pairs: int = 0
+    n_pairs: int = 0  # paired repeats
+    n_units: int = 0  # the test's n: repeats, or sessions when they are the unit
     effect: float | None = None
     ci95: list[float] | None = None
     p_value: float | None = None

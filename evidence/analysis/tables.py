@@ -271,23 +271,25 @@ def csv_tables(res: dict) -> dict[str, str]:
     out["point_latency.csv"] = _csv(h, rows)
 
     h = [("comparison", "text"), ("family", "text"), ("a", "count"), ("b", "count"), ("repeats_planned", "count"),
-         ("pairs", "count"), ("unit", "text"), ("n_pairs", "count"), ("wins_a", "count"), ("wins_b", "count"),
+         ("pairs", "count"), ("unit", "text"), ("n_units", "count"), ("wins_a", "count"), ("wins_b", "count"),
          ("ties", "count"), ("effect_pct", "pct"), ("ci_low_pct", "pct"), ("ci_high_pct", "pct"),
          ("p_value", "p"), ("p_adjusted", "p"), ("ci_adjusted_low_pct", "pct"), ("ci_adjusted_high_pct", "pct"),
          ("ci_adjusted_level_pct", "pct"), ("mde_pct", "pct"), ("sign_p", "p"),
          ("perm_p", "p"), ("verdict", "text"), ("statement", "text"), ("mean_diff_pct", "pct"),
          ("min_diff_pct", "pct"), ("max_diff_pct", "pct"), ("a_cv_pct", "pct"), ("b_cv_pct", "pct"),
-         ("cv_kind", "text"), ("a_rel_range_pct", "pct"), ("b_rel_range_pct", "pct"), ("test", "text"),
-         ("flags", "text")]
+         ("cv_kind", "text"), ("a_rel_range_pct", "pct"), ("b_rel_range_pct", "pct"), ("sessions", "count"),
+         ("sd_within_session_log", "frac"), ("sd_between_session_log", "frac"), ("test", "text"), ("flags", "text")]
     rows = []
     for fam, key in (("declared", "comparisons"), ("adjacent", "adjacent")):
         for c in res[key]:
             nz, ci, cj = c["noise"], c["ci95"] or [None, None], c["ci_adjusted"] or [None, None]
-            rows.append([c["name"], fam, c["a"], c["b"], c["repeats_planned"], c["pairs"], c["unit"], c["n_pairs"],
+            ss = c["sessions"] or {}
+            rows.append([c["name"], fam, c["a"], c["b"], c["repeats_planned"], c["pairs"], c["unit"], c["n_units"],
                          c["wins_a"], c["wins_b"], c["ties"], c["effect"], ci[0], ci[1], c["p_value"],
                          c["p_adjusted"], cj[0], cj[1], c["ci_adjusted_level"], c["mde"], c["sign_p"], c["perm_p"], c["verdict"], c["statement"],
                          c["mean_diff"], c["min_diff"], c["max_diff"], nz["a_cv"], nz["b_cv"], nz["cv_kind"],
-                         nz["a_rel_range"], nz["b_rel_range"], c["test"], _flags(c["flags"])])
+                         nz["a_rel_range"], nz["b_rel_range"], ss.get("sessions"), ss.get("sd_within_log"),
+                         ss.get("sd_between_log"), c["test"], _flags(c["flags"])])
     out["comparisons.csv"] = _csv(h, rows)
 
     h = [("comparison", "text"), ("repeat", "count"), ("session", "count"), ("trial_a", "text"),

@@ -59,7 +59,7 @@ def _comparisons_table(res: dict) -> Table:
         t.add_column(col, justify="left" if col in ("comparison", "verdict") else "right")
     for c in res["comparisons"]:
         ci = c["ci95"]
-        t.add_row(c["name"], c["verdict"], f"{c['wins_a']}-{c['wins_b']}", f"{c['n_pairs']} {c['unit']}s",
+        t.add_row(c["name"], c["verdict"], f"{c['wins_a']}-{c['wins_b']}", f"{c['n_units']} {c['unit']}s",
                   pct_text(c["effect"], 1, signed=True),
                   f"{pct_text(ci[0], 1, signed=True)} to {pct_text(ci[1], 1, signed=True)}" if ci else "n/a",
                   p_text(c["p_value"]), p_text(c["p_adjusted"]), pct_text(c["mde"], 1))

@@ -22,7 +22,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from rundir_fixtures import build_run, demo_spec, trial_records  # noqa: E402
 
 from evidence.analysis.analyze import analyze_run, compute_analysis  # noqa: E402
-from evidence.analysis.findings import dominates, paired_comparison, units_of  # noqa: E402
+from evidence.analysis.findings import dominates, paired_comparison  # noqa: E402
 from evidence.analysis.load import NotARunDir, load_run  # noqa: E402
 from evidence.records import write_records  # noqa: E402
 
@@ -164,16 +164,30 @@ def test_holm_over_declared_comparisons(tmp_path: Path) -> None:
     assert all("Holm over 2 comparisons" in c["statement"] for c in cs)
 
 
-def test_sessions_are_the_unit_when_they_differ() -> None:
-    rows = [{"repeat": r, "a": a, "b": b} for r, a, b in ((1, 110.0, 100.0), (2, 130.0, 100.0), (3, 90.0, 100.0),
-                                                           (4, 100.0, 100.0))]
-    unit, units = units_of(rows, {1: 1, 2: 1, 3: 2, 4: 2})
-    assert unit == "session" and units == [(1, 120.0, 100.0), (2, 95.0, 100.0)]
-    unit, units = units_of(rows, {1: 1, 2: 1, 3: 1, 4: 1})
-    assert unit == "repeat" and len(units) == 4
-    # an unmeasured side drops its repeat from the pair, and from its session's mean
-    rows[0]["a"] = None
-    assert units_of(rows, {1: 1, 2: 1, 3: 2, 4: 2})[1] == [(1, 130.0, 100.0), (2, 95.0, 100.0)]
+def test_sessions_are_the_unit_when_they_differ(tmp_path: Path) -> None:
+    # 6 repeats in 3 engine sessions (plan: repeats 1-2, 3-4, 5-6). C4 / C16 per repeat: 1.10, 1.11 | 1.20, 1.21 |
+    # 1.02, 1.03: the sessions differ far more than the repeats inside them, so the session is the unit (n = 3).
+    # Pooled over 6 repeats the test would call it a finding; over the 3 session means of ln(ratio) it is not.
+    spec = demo_spec(repeats=6)
+    spec = spec.model_copy(update={"sweep": spec.sweep.model_copy(update={"sessions": 3})})
+    ratio = [1.10, 1.11, 1.20, 1.21, 1.02, 1.03]
+    run = build_run(tmp_path, spec=spec, throughput=lambda r, p: {1: 50.0, 4: 100.0 * ratio[r - 1], 16: 100.0}[p])
+    res = analyze_run(run)
+    assert [t["session"] for t in res["trials"] if t["point"] == 4] == [1, 1, 2, 2, 3, 3]
+    c = res["comparisons"][0]
+    assert (c["unit"], c["n_units"], c["pairs"]) == ("session", 3, 6)
+    means = [(math.log(ratio[i]) + math.log(ratio[i + 1])) / 2 for i in (0, 2, 4)]
+    m = sum(means) / 3
+    sd = math.sqrt(sum((x - m) ** 2 for x in means) / 2)
+    half = T975[2] * sd / math.sqrt(3)
+    assert c["ci95"] == [pytest.approx(math.exp(m - half) - 1, abs=1e-8), pytest.approx(math.exp(m + half) - 1, abs=1e-8)]
+    assert c["verdict"] == "not significant" and "3 sessions are the unit" in c["statement"]
+    assert c["sessions"]["sessions"] == 3 and c["sessions"]["sd_between_log"] > c["sessions"]["sd_within_log"]
+    from evidence.analysis.stats import paired as stats_paired
+    assert stats_paired(ratio, [1.0] * 6, a=4, b=16, metric="m").verdict == "finding"  # what pooling would claim
+    row = _csv_rows(run / "analysis" / "comparisons.csv")[0]
+    assert row["unit"] == "session" and row["n_units"] == "3" and row["sessions"] == "3"
+    assert any("engine session" in cv for cv in res["caveats"])
 
 
 def test_single_repeat(tmp_path: Path) -> None:

@@ -22,9 +22,9 @@ from evidence.release.layout import (ALLOW_VALUES, DERIVED_ROLES, FORMAT, MANIFE
 from evidence.release.metadata import iso_utc, seal
 from evidence.release.regen import copy_tree_files, current_render_environment, regenerate
 from evidence.release.regenerator import build_regenerator
-from evidence.release.staging import (STAGING_MARK, Interrupted, critical, interruptible, make_staging, signal_name,
-                                      stale_staging)
-from evidence.rundir import RunDir
+from evidence.release.staging import (STAGING_MARK, Interrupted, critical, interruptible, make_staging, placing_mark,
+                                      signal_name, stale_staging)
+from evidence.rundir import ABORTED, PROVENANCE_GLOB, RUN_JSON, RunDir
 from evidence.secrets import scan_files
 
 
@@ -60,7 +60,7 @@ def _read_json_file(path: Path) -> Any:
 def run_code(run_path: Path, run_json: dict) -> dict:
     """The code commit(s) a run ran at, from run.json and its provenance*.json files."""
     commits, dirty, sources = [], [], []
-    cands = [(run_json, "run.json")] + [(_read_json_file(p), p.name) for p in sorted(run_path.glob("provenance*.json"))]
+    cands = [(run_json, RUN_JSON)] + [(_read_json_file(p), p.name) for p in sorted(run_path.glob(PROVENANCE_GLOB))]
     for doc, name in cands:
         for keys in (("git", "commit"), ("code", "commit"), ("code_commit",), ("commit",), ("git", "sha")):
             v = dig(doc, *keys)
@@ -114,7 +114,7 @@ def inspect_run(run_path: Path, allow: frozenset[str]) -> dict:
         "plan_sha256": sha256_bytes(rd.plan_json.read_bytes()),
         "code": run_code(run_path, info),
         "trials": {"planned": len(planned), "present": present, "missing": missing},
-        "aborted": sorted(p.name for p in (run_path / "aborted").iterdir()) if (run_path / "aborted").is_dir() else [],
+        "aborted": sorted(p.name for p in (run_path / ABORTED).iterdir()) if (run_path / ABORTED).is_dir() else [],
         "problems_allowed": problems,
     }
 
@@ -210,8 +210,8 @@ def _freeze(tag: str, runs: list[Path] | None, repo_root: Path, *, releases_dir:
     releases = (rel_dir if rel_dir.is_absolute() else repo_root / rel_dir).resolve()
     stale = stale_staging(releases)
     if stale:
-        raise ReleaseError(f"a freeze that was killed left {'; '.join(stale)}. Nothing in it was released; remove it "
-                           f"(rm -rf {' '.join(s.split(' (')[0] for s in stale)}) and freeze again.")
+        raise ReleaseError(f"a freeze that was killed left {'; '.join(what for what, _ in stale)}. Nothing in it was "
+                           f"released; remove it (rm -rf {' '.join(p for _, ps in stale for p in ps)}) and freeze again.")
     if not runs:
         rdir = Path(runs_dir) if Path(runs_dir).is_absolute() else repo_root / runs_dir
         runs = runs_for_tag(tag, rdir)
@@ -302,6 +302,8 @@ def _freeze(tag: str, runs: list[Path] | None, repo_root: Path, *, releases_dir:
         meta = seal(staging, meta, workers=workers)
         digests = {n: sha256_bytes((staging / n).read_bytes()) for n in (MANIFEST, TAGMANIFEST, RELEASE_JSON)}
         # 5. into place, then the archive beside it
+        placing = placing_mark(releases, tag, [final, tar_path, sha_path])
+        created.append(placing)
         (staging / STAGING_MARK).unlink()
         os.replace(staging, final)
         created.append(final)
@@ -326,6 +328,7 @@ def _freeze(tag: str, runs: list[Path] | None, repo_root: Path, *, releases_dir:
                 raise ReleaseError(f"git could not commit the release ({(e.stderr or str(e)).strip()}); nothing was committed or tagged. "
                                    "Set user.name and user.email if git asks for them.")
             created.clear()  # committed: never removed from here on
+            placing.unlink()
             commit = repo.head.commit
             if [c.hexsha for c in commit.parents] != [head.hexsha]:
                 raise ReleaseError(f"the release commit {commit.hexsha[:12]} does not follow {head.hexsha[:12]} (another commit raced it); "

@@ -39,6 +39,16 @@ def make_staging(releases: Path, tag: str) -> Path:
     return staging
 
 
+def placing_mark(releases: Path, tag: str, paths: list[Path]) -> Path:
+    """A mark beside the release while it is in place but not yet committed: a freeze killed in that
+    window leaves it, and the next freeze names the release files it left."""
+    mark = releases / f"{STAGING_PREFIX}{tag}-placing.json"
+    body = {"tag": tag, "pid": os.getpid(), "paths": [str(p) for p in paths],
+            "started": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")}
+    mark.write_text(json.dumps(body) + "\n", encoding="utf-8")
+    return mark
+
+
 def signal_name(signum: int) -> str:
     try:
         return signal.Signals(signum).name
@@ -79,22 +89,26 @@ def critical(state: dict) -> Iterator[None]:
         state["critical"] = False
 
 
-def stale_staging(releases: Path) -> list[str]:
+def stale_staging(releases: Path) -> list[tuple[str, list[str]]]:
     """What a killed freeze left in releases/ (staging folders, each named with what its mark says;
-    partly written archives)."""
+    partly written archives; release files placed but not committed): (what it is, paths to remove)."""
     out = []
     if not releases.is_dir():
         return out
     for p in sorted(releases.glob(".*.tar.*.tmp")):  # archive.build_tar's temporary file
         if p.is_file():
-            out.append(f"{p} (a partly written archive)")
+            out.append((f"{p} (a partly written archive)", [str(p)]))
     for p in sorted(releases.glob(f"{STAGING_PREFIX}*")):
-        if not p.is_dir():
-            continue
-        mark = {}
+        mark: Any = {}
         with contextlib.suppress(OSError, ValueError):
-            mark = json.loads((p / STAGING_MARK).read_text(encoding="utf-8"))
+            mark = json.loads((p / STAGING_MARK if p.is_dir() else p).read_text(encoding="utf-8"))
         mark = mark if isinstance(mark, dict) else {}
+        if not p.is_dir():
+            if p.name.endswith("-placing.json"):
+                left = [x for x in mark.get("paths", []) if isinstance(x, str) and os.path.lexists(x)]
+                out.append((f"{p} (release files of tag {mark.get('tag')!r} put in place by pid {mark.get('pid')} but never "
+                            f"committed: {', '.join(left) if left else 'none left'})", [str(p), *left]))
+            continue
         pid = mark.get("pid")
         alive = False
         if isinstance(pid, int):
@@ -107,5 +121,5 @@ def stale_staging(releases: Path) -> list[str]:
                 alive = True
         who = (f"freeze of tag {mark.get('tag')!r} by pid {pid}, started {mark.get('started')}" if mark
                else "no freeze mark inside")
-        out.append(f"{p} ({who}{', still running' if alive else ''})")
+        out.append((f"{p} ({who}{', still running' if alive else ''})", [str(p)]))
     return out

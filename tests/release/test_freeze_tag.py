@@ -169,3 +169,22 @@ def test_a_killed_freeze_is_recognised_and_named(repo):
     msg = str(e.value)
     assert e.value.code == 2 and str(left[0]) in msg and "killed" in msg
     assert f"freeze of tag 'demo-cpu-v1' by pid {proc.pid}" in msg and "rm -rf" in msg
+
+
+def test_a_freeze_killed_after_placing_the_release_names_what_it_left(repo):
+    """Killed between moving the release into place and committing it: the next freeze names the folder."""
+    build_run(repo / "runs", run_id="one")
+    code = ("import os, signal, sys; from pathlib import Path; import evidence.release.freeze as F; "
+            "F.build_tar = lambda *a, **k: os.kill(os.getpid(), signal.SIGKILL); "
+            "F.freeze('demo-cpu-v1', None, Path(sys.argv[1]))")
+    p = subprocess.run([sys.executable, "-c", code, str(repo)], env={**os.environ, "SOURCE_DATE_EPOCH": SDE},
+                       capture_output=True, text=True, timeout=300)
+    assert p.returncode == -signal.SIGKILL, p.stderr
+    assert (repo / "releases" / "demo-cpu-v1").is_dir()
+    with pytest.raises(layout.ReleaseError) as e:
+        freeze.freeze("demo-cpu-v2", None, repo)
+    msg = str(e.value)
+    assert "put in place" in msg and "never committed" in msg and str(repo / "releases" / "demo-cpu-v1") in msg
+    for path in msg.split("rm -rf ")[1].split(")")[0].split():
+        subprocess.run(["rm", "-rf", path], check=True)
+    _nothing_left(repo, "demo-cpu-v1")

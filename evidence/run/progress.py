@@ -106,14 +106,14 @@ def results_table(rows: list[dict[str, Any]]):
     """The rows as a rich table (medians over each point's trials; '-' where a percentile was not computed)."""
     from rich.table import Table
 
-    tab = Table(title="per point: medians over its trials (output tok/s; TTFT and TPOT in ms)", title_justify="left")
-    for col in ("point", "trials", "tok/s", "TTFT p50", "TTFT p99", "TPOT p50", "TPOT p99", "failed"):
-        tab.add_column(col, justify="right")
+    tab = Table(title="per point: medians over its n trials (output tok/s; TTFT and TPOT in ms)", title_justify="left")
+    for col in ("point", "n", "tok/s", "TTFT p50", "TTFT p99", "TPOT p50", "TPOT p99", "failed"):
+        tab.add_column(col, justify="right", no_wrap=True)
     for r in rows:
         tab.add_row(f"C{r['point']}", str(r["trials"]),
                     "-" if r["output_tok_s"] is None else f"{r['output_tok_s']:,.1f}",
                     _ms(r["ttft_p50_ms"]), _ms(r["ttft_p99_ms"]), _ms(r["tpot_p50_ms"]), _ms(r["tpot_p99_ms"]),
-                    f"{r['failed']} of {r['requests']}")
+                    f"{r['failed']}/{r['requests']}")
     return tab
 
 

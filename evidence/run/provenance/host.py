@@ -202,19 +202,16 @@ def _nvidia_smi() -> dict[str, Any] | None:
 def accelerator_info(visible: str | None = None) -> dict[str, Any]:
     """NVML, else nvidia-smi, else {"found": "none", "how": ...}; `visible` is CUDA_VISIBLE_DEVICES."""
     tried = []
-    info = _nvml()
-    if info is None:
-        tried.append("pynvml is not importable")
-    elif info.get("found") == "none":
-        tried.append(info["how"])
-        info = None
-    if info is None:
-        info = _nvidia_smi()
-        if info is None:
-            tried.append("nvidia-smi is not on PATH")
-        elif info.get("found") == "none":
-            tried.append(info["how"])
-            info = None
+    info = None
+    for probe, unavailable in ((_nvml, "pynvml is not importable"), (_nvidia_smi, "nvidia-smi is not on PATH")):
+        got = probe()
+        if got is None:
+            tried.append(unavailable)
+        elif got.get("found") == "none":
+            tried.append(got["how"])
+        else:
+            info = got
+            break
     if info is None:
         return {"found": "none", "how": "; ".join(tried), "count": 0, "visible_count": 0, "devices": []}
     devs = info["devices"]

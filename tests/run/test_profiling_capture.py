@@ -6,7 +6,6 @@ analyses that need kernels must say so, and the step composition must still come
 
 from __future__ import annotations
 
-import time
 import urllib.request
 
 import pytest

@@ -46,6 +46,7 @@ ENGINE = "engine"
 SERVER_LOG = "server.log"  # server-2.log ... after restarts
 SERVER_LOG_GLOB = "server*.log"
 RESOLVED_JSON = "resolved.json"
+RESOLVED_GLOB = "resolved*.json"  # resolved-2.json ... after restarts
 TRIALS = "trials"
 ABORTED = "aborted"
 WARMUP = "warmup"

@@ -24,7 +24,7 @@ from evidence.release.regen import copy_tree_files, current_render_environment, 
 from evidence.release.regenerator import build_regenerator
 from evidence.release.staging import (STAGING_MARK, Interrupted, critical, interruptible, make_staging, placing_mark,
                                       signal_name, stale_staging)
-from evidence.rundir import ABORTED, PROVENANCE_GLOB, RUN_JSON, RunDir
+from evidence.rundir import ABORTED, PROVENANCE_GLOB, RUN_JSON, TMP_PREFIX, RunDir
 from evidence.secrets import scan_files
 
 
@@ -91,7 +91,7 @@ def inspect_run(run_path: Path, allow: frozenset[str]) -> dict:
     planned = [t.get("id") for t in plan.get("trials", [])] if isinstance(plan, dict) else []
     present = rd.completed_trials()
     missing = [t for t in planned if t not in present]
-    unfinished = sorted(p.name for p in rd.trials_dir.glob(".tmp-*")) if rd.trials_dir.exists() else []
+    unfinished = sorted(p.name for p in rd.trials_dir.glob(TMP_PREFIX + "*")) if rd.trials_dir.exists() else []
     problems = []
     if status != "complete":
         problems.append(f"its status is {status!r}, not 'complete'")

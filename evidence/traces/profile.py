@@ -22,7 +22,7 @@ from evidence.records import read_records
 from evidence.spec.model import Spec, spec_from_json
 from evidence.traces.load import load_trace
 from evidence.traces.model import TraceError
-from evidence.rundir import ENGINE, META, PROFILE, REQUESTS, SPEC_RESOLVED
+from evidence.rundir import ENGINE, META, PROFILE, REQUESTS, RESOLVED_GLOB, SPEC_RESOLVED
 
 TRACE_NAMES = (".pt.trace.json", ".pt.trace.json.gz", ".json.gz", ".json", ".sqlite")
 
@@ -37,7 +37,7 @@ def rules_from_spec(spec: Spec) -> tuple[pa.FamilyRule, ...]:
 def _budget(run_dir: Path) -> tuple[int | None, str]:
     """The token budget the PROFILING server resolved (the last resolved*.json written)."""
     eng = run_dir / ENGINE
-    files = sorted(eng.glob("resolved*.json"), key=lambda p: (len(p.name), p.name))
+    files = sorted(eng.glob(RESOLVED_GLOB), key=lambda p: (len(p.name), p.name))
     for f in reversed(files):
         v = read_json(f).get("max_num_batched_tokens", {})
         if isinstance(v, dict) and isinstance(v.get("value"), int):

@@ -119,3 +119,23 @@ def test_an_added_block_is_a_session_of_its_own_when_the_spec_has_sessions(tmp_p
         (3, 4, 1, 3, 6), (3, 1, 2, 3, 7), (3, 2, 3, 3, 8)]
     s1 = load_spec(write_spec(tmp_path / "t.yaml", base_url="http://x", served="x", model_dir=tmp_path, repeats=2))
     assert all(t.session is None and "session" not in t.as_dict() for t in next_block(s1, list(make_plan(s1).trials)))
+
+
+def test_cli_until_decided_wires_the_sequential_look(tmp_path, tiny_model):
+    from typer.testing import CliRunner
+
+    from evidence.cli.main import app
+
+    with StandinServer(model="standin", itl_s=0.01) as url:
+        spec = write_spec(tmp_path / "s.yaml", base_url=url, served="standin", model_dir=tiny_model, points=(1, 4),
+                          repeats=4, per=4, output_len=20, warmup=0,
+                          extra="analysis:\n  comparisons: [{a: 4, b: 1}]\n")
+        r = CliRunner().invoke(app, ["run", str(spec), "--runs-dir", str(tmp_path / "runs"), "--run-id", "u",
+                                     "--no-progress", "--max-repeats", "6"])
+        assert r.exit_code != 0 and "budget of --until-decided" in str(r.exception)  # the CLI's one-paragraph error
+        r = CliRunner().invoke(app, ["run", str(spec), "--runs-dir", str(tmp_path / "runs"), "--run-id", "u",
+                                     "--no-progress", "--until-decided", "--max-repeats", "6"])
+    assert r.exit_code == 0, r.output
+    assert "look 1 of at most 3 after 4 repeat(s): C4 vs C1: finding" in r.output
+    assert "stopped after 4 repeat(s): every comparison decided" in r.output
+    assert _looks(tmp_path / "runs" / "u")[-1]["stop"] == "every comparison decided"

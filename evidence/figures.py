@@ -17,6 +17,9 @@ Figures:
                              over repeats)
   telemetry                  running and waiting requests over time, per trial,
                              with the plateau window shaded
+  throughput_over_time       per trial: output tokens/s and requests in flight
+                             (client) and running (server) over time, the
+                             steady-state window (MSER-5) shaded
 """
 
 from __future__ import annotations
@@ -37,6 +40,7 @@ from evidence.analysis.model import Analysis
 from evidence.analysis.numbers import label
 from evidence.canon import dumps, write_atomic
 from evidence.metrics import LATENCY_METRICS, METRICS, pct_key
+from evidence.rundir import FIGURES
 
 RC: dict[str, Any] = {
     "font.family": "DejaVu Sans",
@@ -62,7 +66,7 @@ DPI = 120
 COLORS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf")
 REPEAT_MARKERS = ("o", "s", "^", "D", "v", "P", "X", "<", ">", "h")
 ECDF_MAX_POINTS = 800
-FIGURE_NAMES = ("throughput_vs_concurrency", "latency_vs_throughput", "latency_ecdf", "telemetry")
+FIGURE_NAMES = ("throughput_vs_concurrency", "latency_vs_throughput", "latency_ecdf", "telemetry", "throughput_over_time")
 
 
 def render_environment() -> dict[str, str]:
@@ -305,6 +309,67 @@ def _fig_telemetry(res: dict, data: RunData) -> Figure:
     return fig
 
 
+def _fig_over_time(res: dict) -> Figure:
+    """One panel per trial: output tok/s (left axis), in-flight and server-running requests (right axis), the
+    steady-state window shaded; the panel title says the window's throughput, or that there is none."""
+    from matplotlib.lines import Line2D
+    from matplotlib.patches import Patch
+
+    pts = res["spec"]["points"]
+    R = res["spec"]["repeats"]
+    fig = Figure(figsize=(min(3.6 * len(pts), 15.0), 2.4 * R + 0.8), layout="constrained")
+    rows = {(w["repeat"], w["point"]): w for w in res["within"]["trials"]}
+    axes = fig.subplots(R, len(pts), squeeze=False)
+    for r in range(1, R + 1):
+        for j, P in enumerate(pts):
+            ax = axes[r - 1][j]
+            w = rows.get((r, P))
+            if not w or w["status"] != "present":
+                ax.set_title(w["trial"] if w else f"r{r}-c{P} (not planned)", fontsize=8)
+                ax.text(0.5, 0.5, _wrap(w["absent"] if w else "not planned", 34), transform=ax.transAxes,
+                        ha="center", va="center", fontsize=7, color="#a0201a")
+                ax.set_xticks([])
+                ax.set_yticks([])
+                continue
+            se, st = w["series"], w["steady"]
+            t = [x + w["bin_s"] / 2 for x in se["t"]]  # each bin drawn at its middle
+            ax.plot(t, se["output_tps"], color="#1f77b4", lw=0.9)
+            ax.axvspan(st["start_s"], st["end_s"], color="#2ca02c", alpha=0.13, lw=0)
+            if st["throughput"] is not None:
+                ax.hlines(st["throughput"], st["start_s"], st["end_s"], colors="#2ca02c", lw=1.2, linestyles="--")
+            ax.set_ylim(bottom=0)
+            ax2 = ax.twinx()
+            ax2.plot(t, se["in_flight"], color="#ff7f0e", lw=0.9)
+            if se["running"]:
+                rt = [(a, v) for a, v in zip(t, se["running"]) if v is not None]
+                ax2.plot([a for a, _ in rt], [v for _, v in rt], color="#7f7f7f", lw=0.8, ls=":")
+            ax2.set_ylim(bottom=0)
+            ax2.grid(False)
+            ax2.tick_params(labelsize=7)
+            if st["steady"]:
+                state = f"steady {st['throughput']:,.0f} tok/s"
+            elif st["needed_s"] is not None:
+                state = "no steady state (trend)"
+            else:
+                state = "too short to tell"
+            wave = "; waves" if w["waves"] else ""
+            ax.set_title(f"{w['trial']}: {state}{wave}", fontsize=7.5)
+            if r == R:
+                ax.set_xlabel("seconds since trial t0", fontsize=7.5)
+            if j == 0:
+                ax.set_ylabel("output tok/s", fontsize=7.5)
+            if j == len(pts) - 1:
+                ax2.set_ylabel("requests", fontsize=7.5)
+    handles = [Line2D([], [], color="#1f77b4", lw=0.9, label="output tok/s (left)"),
+               Line2D([], [], color="#ff7f0e", lw=0.9, label="in flight, client (right)"),
+               Line2D([], [], color="#7f7f7f", lw=0.8, ls=":", label="running, server /metrics (right)"),
+               Patch(color="#2ca02c", alpha=0.13, label="steady-state window (MSER-5); dashed: its mean")]
+    fig.legend(handles=handles, loc="outside lower center", ncols=4, frameon=False, fontsize=7.5)
+    _title(fig, f"{res['spec']['name']}: throughput and requests in flight over time, per trial "
+                f"({res['within']['bin_s']:g} s bins)", res, size=9.5)
+    return fig
+
+
 def _wrap(text: str, width: int) -> str:
     words, lines, cur = text.split(), [], ""
     for w in words:
@@ -332,6 +397,7 @@ def figure_bytes(data: RunData, res: dict) -> dict[str, bytes]:
             ("latency_vs_throughput", lambda: _fig_latency_tput(res)),
             ("latency_ecdf", lambda: _fig_ecdf(res, data)),
             ("telemetry", lambda: _fig_telemetry(res, data)),
+            ("throughput_over_time", lambda: _fig_over_time(res)),
         )
         for name, build in builders:
             fig = build()
@@ -351,7 +417,7 @@ def render_figures(run_dir: Path, out_dir: Path | None = None, *, data: RunData 
     run_dir = Path(run_dir)
     data = data if data is not None else load_run(run_dir)
     res = analysis if analysis is not None else compute_analysis(data)
-    out = Path(out_dir) if out_dir is not None else run_dir / "figures"
+    out = Path(out_dir) if out_dir is not None else run_dir / FIGURES
     out.mkdir(parents=True, exist_ok=True)
     files = rendered if rendered is not None else figure_bytes(data, res)
     written = []

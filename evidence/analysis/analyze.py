@@ -47,7 +47,9 @@ from evidence.analysis.goodput import goodput
 from evidence.analysis.load import RunData, TrialData, load_run
 from evidence.analysis.numbers import JSON_DECIMALS, mean_of, round_floats
 from evidence.analysis.tables import CSV_DECIMALS, csv_tables, point_row, trial_row
-from evidence.analysis.telemetry import GAUGES, PLATEAU_MIN_SAMPLES, PLATEAU_TRIM, telemetry_row
+from evidence.analysis.telemetry import (GAUGES, PLATEAU_MIN_SAMPLES, PLATEAU_TRIM, SERIES_BIN_S, telemetry_row,
+                                        within_point_rows, within_trial_row)
+from evidence.analysis.timeseries import BATCH, REGIME_D, REGIME_P, TREND_BATCHES, TREND_P, TREND_RHO, WAVE_ACF
 from evidence.canon import dumps, write_atomic
 from evidence.metrics import METRIC_DOCS, PERCENTILE_METHOD
 from evidence.spec.plan import make_plan
@@ -101,6 +103,18 @@ METHODS = {
                          f"and last {int(PLATEAU_TRIM * 100)}% of it (ramp-up and drain); sustained value = median of "
                          f"the samples inside the plateau (needs >= {PLATEAU_MIN_SAMPLES}); max over all samples; "
                          "counters: last sample minus first sample of the trial's telemetry",
+    "within_trial": f"each trial's measured requests binned at {SERIES_BIN_S} s on the trial clock: output tokens/s "
+                    "(a request's completion tokens spread over its token-bearing chunks), mean requests in flight "
+                    "(send to end of stream), and the server's running / waiting requests from /metrics samples",
+    "steady_state": f"the window ends where the closed loop stops running at full concurrency (the last bin with "
+                    f"in-flight >= 95% of the peak); its start is MSER-{BATCH} over batch means of {BATCH} bins; "
+                    "steady-state throughput = mean output tokens/s over the window, shown beside the whole-trial "
+                    f"throughput. Trend: Spearman over {TREND_BATCHES} batch means of the window; |rho| > "
+                    f"{TREND_RHO} with p < {TREND_P} means no steady state, and the trial length needed is named",
+    "waves": f"a periodic component of the detrended per-bin throughput in the window (autocorrelation peak >= "
+             f"{WAVE_ACF} and above 3/sqrt(n)) or a bimodal per-bin distribution (Sarle's coefficient > 5/9)",
+    "regimes": f"across the repeats of a point (4 or more), the best split of trial throughputs into two groups, "
+               f"tested against one normal population (seeded simulation, p < {REGIME_P}) with Ashman's D > {REGIME_D}",
     "goodput": "a measured request meets the SLOs when it completed and, for every metric in spec.analysis.slos_ms, "
                "its value(s) from evidence.metrics are all <= the bound (ITL: every gap of the request); a request "
                "with no value for an SLO metric does not count as meeting it (counted as undetermined); goodput = "
@@ -159,6 +173,9 @@ def compute_analysis(data: RunData) -> dict:
         tele_by_point[P] = d
     for p in points_l:
         p["telemetry_sustained_mean"] = tele_by_point[p["point"]]
+    within = [within_trial_row(t) for t in sorted(data.trials, key=lambda t: t.index)]
+    within_points = within_point_rows(list(spec.sweep.points), within,
+                                      {(t.repeat, t.point): rows[t.id]["output_throughput"] for t in data.trials})
     try:
         plan_ok = json.loads(dumps(make_plan(spec).as_dict())) == data.plan
     except Exception:
@@ -195,6 +212,7 @@ def compute_analysis(data: RunData) -> dict:
         "adjacent": adj,
         "dominance": dominance(points_l, trials_by, rows, spec),
         "telemetry": telemetry,
+        "within": {"bin_s": SERIES_BIN_S, "trials": within, "points": within_points},
         "goodput": goodput(data, rows, spec),
         "setup": _setup(data),
     }

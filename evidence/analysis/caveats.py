@@ -67,6 +67,7 @@ def caveats(data: RunData, res: dict) -> list[str]:
     if data.profile_files or spec.profile.enabled:
         out.append("Profiling is diagnostic only: traces come from a separate, shorter workload under a profiler, "
                    "never from the measured trials; their numbers do not reconstruct the throughput tables.")
+    out.extend(_within_caveats(res))
     for d in res["dominance"]["pairs"]:
         if d["verdict"] != "finding":
             out.append(d["verdict_statement"][0].upper() + d["verdict_statement"][1:] + ".")
@@ -76,4 +77,29 @@ def caveats(data: RunData, res: dict) -> list[str]:
     if res["ordering"]["statement"] and not res["ordering"]["held_in_every_repeat"]:
         out.append(f"The ordering {res['ordering']['statement']} (from means) held in {res['ordering']['held_in_repeats']} "
                    f"of {res['ordering']['repeats_planned']} repeats.")
+    return out
+
+
+def _within_caveats(res: dict) -> list[str]:
+    """No steady state, waves, regimes: what one number per trial hides, with the numbers."""
+    out = []
+    trials = [w for w in res["within"]["trials"] if w["status"] == "present"]
+    drift = [w for w in trials if w["steady"]["needed_s"] is not None]
+    if drift:
+        longest = max(drift, key=lambda w: w["steady"]["needed_s"])
+        out.append(f"No steady state in {len(drift)} of {len(trials)} trials ({', '.join(w['trial'] for w in drift)}): "
+                   f"the throughput drifts through the window, so its mean is not a level. {longest['trial']}: "
+                   f"{longest['steady']['note']}.")
+    short = [w["trial"] for w in trials if not w["steady"]["steady"] and w["steady"]["needed_s"] is None]
+    if short:
+        out.append(f"Too short to tell whether a steady state exists: {', '.join(short)} (the full-concurrency part "
+                   "holds too few 0.25 s bins for MSER-5 and the trend test).")
+    wavy = [w for w in trials if w["waves"]]
+    if wavy:
+        per = "; ".join(f"{w['trial']}: {w['waves']['note'].replace('throughput moves in waves: ', '')}" for w in wavy[:3])
+        out.append(f"Throughput moves in waves within {len(wavy)} of {len(trials)} trials (per-trial figure and "
+                   f"timeseries.csv): {per}" + ("; ..." if len(wavy) > 3 else "") + ".")
+    for p in res["within"]["points"]:
+        if p["regimes"]:
+            out.append(f"C{p['point']}: {p['regimes']['note']}.")
     return out

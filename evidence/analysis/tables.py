@@ -221,14 +221,21 @@ def csv_tables(res: dict) -> dict[str, str]:
          ("request_throughput_req_s", "req_s"), ("output_tokens", "count"), ("output_len_mismatches", "count"),
          ("chunk_usage_mismatches", "count"), ("prompt_len_nominal_mean", "tokens"),
          ("prompt_tokens_server_mean", "tokens"), ("client_cpu_util_pct", "pct"),
-         ("dispatch_lag_max_s", "s")] + lat_cols + [("flags", "text")]
+         ("dispatch_lag_max_s", "s"), ("steady_throughput_tok_s", "tok_s"), ("steady_start_s", "s"),
+         ("steady_end_s", "s"), ("steady", "bool"), ("trend_rho", "frac"), ("trend_p", "p"), ("waves", "text")] \
+        + lat_cols + [("flags", "text")]
+    within = {w["trial"]: w for w in res["within"]["trials"]}
     rows = []
     for t in res["trials"]:
+        w = within[t["id"]]
+        st = w.get("steady") or {}
         r = [t["index"], t["id"], t["repeat"], t["point"], t["position"], t["status"], t["requests_planned"],
              t["requests"], t["completed"], t["failed"], t["duration_s"], t["output_throughput"],
              t["request_throughput"], t["total_output_tokens"], t["output_len_mismatches"],
              t["chunk_usage_mismatches"], t["prompt_len_nominal_mean"], (t["prompt_tokens_server"] or {}).get("mean"),
-             t["client_cpu_util"], t["dispatch_lag_max_s"]]
+             t["client_cpu_util"], t["dispatch_lag_max_s"], st.get("throughput"), st.get("start_s"), st.get("end_s"),
+             st.get("steady") if st else None, st.get("trend_rho"), st.get("trend_p"),
+             (w.get("waves") or {}).get("note", "")]
         for m in REPORTED_METRICS:
             d = t["latency"].get(m) or {}
             r += [d.get(s) for s in stats]
@@ -245,9 +252,13 @@ def csv_tables(res: dict) -> dict[str, str]:
          ("chunk_usage_mismatches", "count"), ("input_len_nominal", "count"), ("prompt_tokens_server_min", "count"),
          ("prompt_tokens_server_max", "count"), ("prompt_tokens_server_mean", "tokens"),
          ("running_sustained_mean", "gauge"), ("waiting_sustained_mean", "gauge"),
-         ("kv_cache_usage_sustained_mean", "frac"), ("missing_trials", "text"), ("flags", "text")]
+         ("kv_cache_usage_sustained_mean", "frac"), ("steady_throughput_mean_tok_s", "tok_s"),
+         ("steady_trials", "count"), ("wave_trials", "count"), ("regimes", "text"), ("missing_trials", "text"),
+         ("flags", "text")]
+    wp = {w["point"]: w for w in res["within"]["points"]}
     rows = []
     for p in res["points"]:
+        w = wp[p["point"]]
         tp = p["output_throughput"]
         srv = p["prompt_tokens"]["server"] or {}
         tele = p["telemetry_sustained_mean"]
@@ -256,9 +267,23 @@ def csv_tables(res: dict) -> dict[str, str]:
                      p["request_throughput"]["mean"], p["requests"], p["completed"], p["failed"],
                      p["output_len_mismatches"], p["chunk_usage_mismatches"], p["prompt_tokens"]["input_len_nominal"],
                      srv.get("min"), srv.get("max"), srv.get("mean"), tele["running"], tele["waiting"],
-                     tele["kv_cache_usage"], " ".join(p["missing"]),
+                     tele["kv_cache_usage"], w["steady_throughput_mean"], w["steady_trials"], w["wave_trials"],
+                     (w["regimes"] or {}).get("note", ""), " ".join(p["missing"]),
                      _flags(p["flags"] + [f"{k}: {v}" for k, v in sorted(p["absent"].items())])])
     out["points.csv"] = _csv(h, rows)
+
+    h = [("trial", "text"), ("t_s", "s"), ("output_tok_s", "tok_s"), ("in_flight", "gauge"), ("running", "gauge"),
+         ("waiting", "gauge"), ("in_steady_window", "bool")]
+    rows = []
+    for w in res["within"]["trials"]:
+        if w["status"] != "present":
+            continue
+        se, st = w["series"], w["steady"]
+        for i, t0 in enumerate(se["t"]):
+            rows.append([w["trial"], t0, se["output_tps"][i], se["in_flight"][i],
+                         se["running"][i] if se["running"] else None, se["waiting"][i] if se["waiting"] else None,
+                         st["start_s"] <= t0 < st["end_s"]])
+    out["timeseries.csv"] = _csv(h, rows)
 
     h = [("point", "count"), ("metric", "text"), ("method", "text"), ("n", "count")] + \
         [(f"{s}_ms", "ms") for s in stats] + [("flags", "text")]

@@ -44,6 +44,7 @@ FIGURE_TITLES = {
     "latency_vs_throughput": "Latency vs throughput operating points (dominated points crossed out)",
     "latency_ecdf": "TTFT and TPOT distributions per point (ECDF, repeats pooled)",
     "telemetry": "Server-reported running and waiting requests over time, per trial",
+    "throughput_over_time": "Output throughput and requests in flight over time, per trial, steady-state window shaded",
 }
 
 
@@ -156,16 +157,22 @@ def _setup_tables(data: RunData, res: dict) -> list[dict]:
 def _points_table(res: dict) -> dict:
     a = Analysis.from_dict(res)
     kind = a.spec.cv
+    wp = {w["point"]: w for w in res["within"]["points"]}
     rows = []
     for p in a.points:
         tp = p.output_throughput
-        rows.append((p.label, num(tp.mean), pct(tp.cv), num(tp.min), num(tp.max), pct(tp.rel_range),
+        w = wp[p.point]
+        rows.append((p.label, num(tp.mean), num(w["steady_throughput_mean"]), f"{w['steady_trials']}/{w['trials']}",
+                     pct(tp.cv), num(tp.min), num(tp.max), pct(tp.rel_range),
                      f"{p.repeats_measured}/{p.repeats_planned}", num(p.raw["request_throughput"]["mean"], 3),
                      num(p.failed), num(p.output_len_mismatches),
                      join_flags(p.flags + [f"{k}: {v}" for k, v in sorted(p.absent.items())])))
     return table(f"Output throughput per point over repeats (tok/s; CV = {kind} std / mean; range = (max - min) / mean)",
-                 ["point", "mean tok/s", f"CV ({kind})", "min", "max", "range", "repeats", "req/s", "failed req.",
-                  "len. mism.", "flags"], rows, "lrrrrrrrrrl",
+                 ["point", "mean tok/s", "steady-state tok/s", "steady trials", f"CV ({kind})", "min", "max", "range",
+                  "repeats", "req/s", "failed req.", "len. mism.", "flags"], rows, "lrrrrrrrrrrrl",
+                 "mean tok/s: whole-trial throughput (first send to last completion), mean over repeats. "
+                 "steady-state tok/s: mean over repeats of each trial's throughput inside its steady-state window "
+                 "(MSER-5 start, full-concurrency end); steady trials: trials whose window shows no trend. "
                  "min / max: the slowest and fastest repeat. repeats: measured / planned. req/s: completed requests "
                  "per second, mean over repeats. failed req.: requests that ended in an error, summed over repeats "
                  "(a trial's throughput counts only completed ones). len. mism.: completed requests whose "
@@ -334,16 +341,22 @@ def _goodput_tables(res: dict) -> tuple[list[str], list[dict]]:
 
 def _trials_table(res: dict) -> dict:
     rows = []
+    within = {w["trial"]: w for w in res["within"]["trials"]}
     for t in res["trials"]:
         lat = t["latency"] or {}
+        st = (within[t["id"]].get("steady") or {})
+        window = (f"{num(st['throughput'])} ({st['start_s']:.2f}-{st['end_s']:.2f} s"
+                  + ("" if st["steady"] else ", no steady state" if st["needed_s"] else ", too short to tell") + ")"
+                  if st.get("throughput") is not None else "n/a")
         rows.append((t["id"], num(t["repeat"]), label(t["point"]), num(t["position"]), t["status"], num(t["requests"]),
-                     num(t["completed"]), num(t["failed"]), num(t["duration_s"], 3), num(t["output_throughput"]),
+                     num(t["completed"]), num(t["failed"]), num(t["duration_s"], 3), num(t["output_throughput"]), window,
                      num((lat.get("ttft") or {}).get("mean"), 2), num((lat.get("tpot") or {}).get("mean"), 2),
                      pct(t["client_cpu_util"], d=0) if t["client_cpu_util"] is not None else "n/a",
                      join_flags(t["flags"])))
     return table("Every trial, in execution order", ["trial", "repeat", "point", "position", "status", "requests",
-                                                     "completed", "failed", "duration s", "tok/s", "mean TTFT ms",
-                                                     "mean TPOT ms", "client CPU", "flags"], rows, "lrlrlrrrrrrrrl",
+                                                     "completed", "failed", "duration s", "tok/s",
+                                                     "steady-state tok/s (window)", "mean TTFT ms",
+                                                     "mean TPOT ms", "client CPU", "flags"], rows, "lrlrlrrrrrrrrrl",
                  "client CPU: the load generator's CPU time / trial wall time (meta.json); near 100% the client, "
                  "not the server, may limit throughput.")
 

@@ -547,3 +547,67 @@ def test_cli_analyze(tmp_path: Path) -> None:
     r = CliRunner().invoke(app, ["analyze", str(tmp_path)])
     assert r.exit_code == 2
     assert "not a run directory" in r.output
+
+
+# ------------------------------------------------------------ within a trial ----
+
+
+def _closed_loop(concurrency: int, seconds: float, duration_at) -> list:
+    """Records of a closed loop: each slot sends its next request when the last one ends; a request sent at t
+    takes duration_at(t) seconds and streams 32 tokens evenly."""
+    from evidence.records import RequestRecord
+
+    recs, i = [], 0
+    for slot in range(concurrency):
+        t = 0.01 * slot
+        while t < seconds:
+            d = duration_at(t)
+            chunks = [t + d * (j + 1) / 32 for j in range(32)]
+            recs.append(RequestRecord(i=i, phase="measure", prompt_len=8, max_tokens=32, intended_s=t, slot_wait_s=0.0,
+                                      send_s=t, first_chunk_s=chunks[0], chunk_s=chunks, end_s=chunks[-1],
+                                      prompt_tokens=8, completion_tokens=32, chunk_count=32, finish_reason="length",
+                                      status=200, ok=True))
+            i, t = i + 1, chunks[-1]
+    return sorted(recs, key=lambda r: (r.send_s, r.i))
+
+
+def test_within_trial_steady_state_drift_and_regimes(tmp_path: Path) -> None:
+    # 6 repeats; C4 falls into two regimes (99-101 vs 149-151 tok/s); r1-c16 is replaced by a 60 s closed loop
+    # whose requests get faster over time (throughput rises through the whole trial: no steady state);
+    # r2-c16 by a flat one (a steady state whose window throughput is the loop's rate, 8 x 32 / 1 s = 256 tok/s).
+    spec = demo_spec(repeats=6)
+    tp = {1: [50] * 6, 4: [100, 101, 99, 150, 151, 149], 16: [90, 91, 89, 92, 90, 91]}
+    run = build_run(tmp_path, spec=spec, throughput=lambda r, p: tp[p][r - 1], telemetry=False)
+    write_records(run / "trials" / "r1-c16" / "requests.jsonl", _closed_loop(8, 60.0, lambda t: 2.0 / (1 + t / 15)))
+    write_records(run / "trials" / "r2-c16" / "requests.jsonl", _closed_loop(8, 60.0, lambda t: 1.0))
+    res = analyze_run(run)
+    w = {x["trial"]: x for x in res["within"]["trials"]}
+    rising = w["r1-c16"]["steady"]
+    assert rising["steady"] is False and rising["trend_rho"] > 0.65 and rising["needed_s"] is not None
+    flat = w["r2-c16"]["steady"]
+    assert flat["steady"] is True and flat["throughput"] == pytest.approx(256.0, rel=0.02)
+    assert w["r2-c16"]["series"]["running"] is None and "running" in w["r2-c16"]["series_absent"]
+    caveats = " ".join(res["caveats"])
+    assert "No steady state in 1 of" in caveats and "r1-c16" in caveats and "would need at least" in caveats
+    assert "C4: two regimes among 6 trials: 3 at 99-101 and 3 at 149-151" in caveats
+    p4 = next(x for x in res["within"]["points"] if x["point"] == 4)
+    assert p4["regimes"]["low"]["n"] == 3 and p4["regimes"]["ratio"] == pytest.approx(1.5, rel=1e-3)
+    # steady-state throughput beside whole-trial throughput in the tables
+    row = next(r for r in _csv_rows(run / "analysis" / "trials.csv") if r["trial"] == "r2-c16")
+    assert float(row["steady_throughput_tok_s"]) == pytest.approx(256.0, rel=0.02) and row["steady"] == "yes"
+    assert row["output_throughput_tok_s"] != ""
+    prow = next(r for r in _csv_rows(run / "analysis" / "points.csv") if r["point"] == "4")
+    assert "two regimes" in prow["regimes"]
+    series = [r for r in _csv_rows(run / "analysis" / "timeseries.csv") if r["trial"] == "r2-c16"]
+    assert len(series) == w["r2-c16"]["bins"] and {r["in_steady_window"] for r in series} == {"yes", "no"}
+
+
+@pytest.mark.skipif(not H200_A100SCHED.is_dir(), reason="the committed H200 release is not in this checkout")
+def test_h200_waves_are_named_with_their_numbers(tmp_path: Path) -> None:
+    run = tmp_path / "h200-a100sched"
+    shutil.copytree(H200_A100SCHED, run, ignore=shutil.ignore_patterns("analysis", "figures", "report"))
+    res = analyze_run(run, tmp_path / "out")
+    w = {x["trial"]: x for x in res["within"]["trials"]}
+    # the lockstep waves of the issue: C128 moves in ~1.5-1.75 s periods between ~1k and ~23k tok/s
+    assert all(w[t]["waves"] and 1.25 <= w[t]["waves"]["period_s"] <= 2.0 for t in ("r1-c128", "r2-c128", "r3-c128"))
+    assert any(c.startswith("Throughput moves in waves within") and "periodic component" in c for c in res["caveats"])

@@ -67,7 +67,7 @@ def test_html_self_contained(rendered: dict) -> None:
     assert not re.search(r"""(src|href)\s*=\s*["']?(https?:|//)""", html, re.I)
     assert "url(" not in html
     imgs = re.findall(r"<img [^>]*src=\"([^\"]+)\"", html)
-    assert len(imgs) == 4 and all(s.startswith("data:image/png;base64,") for s in imgs)
+    assert len(imgs) == len(FIGURE_NAMES) and all(s.startswith("data:image/png;base64,") for s in imgs)
     assert "<style>" in html
 
 
@@ -78,7 +78,7 @@ def test_content(rendered: dict) -> None:
     assert "| engine version | 0.32.0 | 0.32.0 | yes |" in md
     # tables and verdicts, missing and failed trials named
     assert "Paired comparison C4 vs C16" in md and "C4 vs C16: the stated procedure" in md
-    assert "| 95% interval |" in md and "smallest detectable effect (MDE)" in md and "spread" not in md.lower()
+    assert "| 95% interval |" in md and "smallest detectable effect (MDE)" in md and "run-to-run spread" not in md
     assert "r2-c16" in md and "r1-c4" in md and "Caution" in md
     assert "Latency side by side: C4 vs C16" in md and "Dominance over all points" in md
     # caveats the data supports
@@ -101,7 +101,7 @@ def test_cli_report_end_to_end(tmp_path: Path) -> None:
     assert r.exit_code == 0, r.output
     assert (run / "analysis" / "analysis.json").is_file() and (run / "figures" / "telemetry.svg").is_file()
     html = (run / "report" / "report.html").read_text(encoding="utf-8")
-    assert html.count("data:image/png;base64,iVBORw0KGgo") == 4  # real PNGs embedded
+    assert html.count("data:image/png;base64,iVBORw0KGgo") == len(FIGURE_NAMES)  # real PNGs embedded, one per figure
     assert "report.html" in r.stdout
     r = CliRunner().invoke(app, ["report", str(tmp_path)])
     assert r.exit_code == 2 and "not a run directory" in r.output

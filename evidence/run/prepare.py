@@ -80,21 +80,29 @@ def _clean_stillborn(path: Path, say: Say, why: str) -> None:
         "starts afresh.")
 
 
+def _clean_staging(runs_dir: Path, say: Say, rid: str | None = None) -> None:
+    """Remove creation folders (runs/.creating-<id>-<pid>/) whose process is gone: a kill cut them off."""
+    if not runs_dir.is_dir():
+        return
+    prefix = CREATING_PREFIX + (f"{rid}-" if rid is not None else "")
+    for p in sorted(runs_dir.iterdir()):
+        if not (p.is_dir() and p.name.startswith(prefix)):
+            continue
+        pid = p.name.rsplit("-", 1)[-1]
+        if pid.isdigit() and int(pid) != os.getpid() and _alive(int(pid)):
+            continue  # another process is creating it right now
+        if all(q.is_file() and _creation_file(q.name) for q in p.iterdir()):
+            shutil.rmtree(p)
+            say(f"removed {p}: the creation of a run directory that was cut off before it was complete")
+
+
 def _clean_leftovers(runs_dir: Path, spec_sha: str, say: Say) -> None:
     """Stillborn folders and creation staging of this very spec: nothing ran in them; remove them."""
     if not runs_dir.is_dir():
         return
+    _clean_staging(runs_dir, say)
     for p in sorted(runs_dir.iterdir()):
-        if not p.is_dir():
-            continue
-        if p.name.startswith(CREATING_PREFIX):
-            pid = p.name.rsplit("-", 1)[-1]
-            if pid.isdigit() and _alive(int(pid)):
-                continue  # another process is creating it right now
-            if all(q.is_file() and _creation_file(q.name) for q in p.iterdir()):
-                shutil.rmtree(p)
-                say(f"removed {p}: the creation of a run directory that was cut off before it was complete")
-        elif stillborn(p) and _spec_sha_of(p) == spec_sha:
+        if p.is_dir() and not p.name.startswith(CREATING_PREFIX) and stillborn(p) and _spec_sha_of(p) == spec_sha:
             _clean_stillborn(p, say, "its creation was cut off (a kill in the run's first milliseconds)")
 
 
@@ -172,6 +180,7 @@ def prepare_run_dir(spec: Spec, spec_path: Path, runs_dir: Path, *, run_id: str 
     if final.exists() and any(final.iterdir()):
         raise RunError(f"{final} already exists; refusing to overwrite it.")
     spec_bytes = spec_path.read_bytes()
+    _clean_staging(runs_dir, say, rid)
     staging = runs_dir / f"{CREATING_PREFIX}{rid}-{os.getpid()}"
     if staging.exists():
         shutil.rmtree(staging)

@@ -275,3 +275,29 @@ def test_real_vllm_with_an_api_key_in_two_sessions(tiny_model, tmp_path, monkeyp
     assert (rd / "engine" / "server-2.log").is_file() and (rd / "provenance-2.json").is_file()
     blob = b"".join(p.read_bytes() for p in rd.rglob("*") if p.is_file())
     assert key.encode() not in blob
+
+
+def test_kill_9_while_the_run_folder_is_being_created_then_the_same_command_runs(tmp_path, tiny_model):
+    import os
+    import signal
+    import subprocess
+    import time
+
+    with StandinServer(model="standin") as url:
+        spec = write_spec(tmp_path / "s.yaml", base_url=url, served="standin", model_dir=tiny_model, points=(1,),
+                          repeats=1, warmup=0)
+        runs = tmp_path / "runs"
+        cmd = [sys.executable, "-m", "evidence.cli", "run", str(spec), "--runs-dir", str(runs), "--run-id", "k",
+               "--no-progress"]
+        p = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and not (runs.exists() and any(runs.iterdir())):
+            time.sleep(0.0005)
+        os.kill(p.pid, signal.SIGKILL)  # the first moment anything of the run exists
+        p.wait()
+        left = sorted(q.name for q in runs.iterdir())
+        assert left and all(n == "k" or n.startswith(".creating-k-") for n in left), left
+        r = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert trial_ids(runs / "k") == ["r1-c1"] and read_json(runs / "k" / "run.json")["status"] == "complete"
+    assert sorted(q.name for q in runs.iterdir()) == ["k"]  # the cut-off creation was cleaned up

@@ -57,7 +57,12 @@ class RegenEnv:
 
 
 def cache_root() -> Path:
-    return Path(os.environ.get("EVIDENCE_REGEN_CACHE") or Path(tempfile.gettempdir()) / "evidence-regen-cache")
+    """Per user, never a shared temporary folder: code found here is run as trusted, so no other user may
+    plant it ($EVIDENCE_REGEN_CACHE, else $XDG_CACHE_HOME/evidence/regen, else ~/.cache/evidence/regen)."""
+    if os.environ.get("EVIDENCE_REGEN_CACHE"):
+        return Path(os.environ["EVIDENCE_REGEN_CACHE"])
+    base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    return base / "evidence" / "regen"
 
 
 # --------------------------------------------------------------------------- the render stack
@@ -325,7 +330,7 @@ def _in_tree(repo: Any, commit: str, path: str) -> bool:
 
 def _mkcache() -> Path:
     c = cache_root()
-    c.mkdir(parents=True, exist_ok=True)
+    c.mkdir(parents=True, exist_ok=True, mode=0o700)
     return c
 
 

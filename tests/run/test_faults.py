@@ -183,8 +183,9 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-@pytest.mark.parametrize("sig,delay", [("SIGTERM", 0.3), ("SIGTERM", 1.1), ("SIGINT", 0.6), ("SIGINT", 1.9)])
-def test_a_signal_mid_trial_stops_between_requests_and_keeps_what_completed(tmp_path, tiny_model, sig, delay):
+@pytest.mark.parametrize("sig,delay,stack", [("SIGTERM", 0.3, "h1"), ("SIGTERM", 1.1, "aiohttp"), ("SIGINT", 0.6, "h1"),
+                                             ("SIGINT", 1.9, "aiohttp"), ("SIGTERM", 2.3, "h1")])
+def test_a_signal_mid_trial_stops_between_requests_and_keeps_what_completed(tmp_path, tiny_model, sig, delay, stack):
     """SIGTERM/SIGINT during a measured trial: no traceback, exit 130, never 'complete'; the trial's
     completed requests are kept under aborted/ (all of them answered), and the same command resumes."""
     import signal
@@ -196,7 +197,7 @@ def test_a_signal_mid_trial_stops_between_requests_and_keeps_what_completed(tmp_
                           repeats=1, per=8, output_len=40, warmup=0)
         rd = tmp_path / "runs" / "s"
         cmd = [sys.executable, "-m", "evidence.cli", "run", str(spec), "--runs-dir", str(tmp_path / "runs"),
-               "--run-id", "s", "--no-progress"]
+               "--run-id", "s", "--no-progress", "--http-stack", stack]
         p = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:

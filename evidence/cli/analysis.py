@@ -37,11 +37,14 @@ def _points_table(res: dict) -> Table:
     from evidence.analysis.numbers import pct_text
 
     t = Table(title=f"{res['spec']['name']}: output throughput per point ({res['spec']['cv']} CV)")
-    for col in ("point", "mean tok/s", "CV", "min", "max", "repeats", "failed req.", "flags"):
+    for col in ("point", "mean tok/s", "steady-state tok/s", "CV", "min", "max", "repeats", "failed req.", "flags"):
         t.add_column(col, justify="left" if col in ("point", "flags") else "right")
+    within = {w["point"]: w for w in res.get("within", {}).get("points", [])}
     for p in res["points"]:
         tp = p["output_throughput"]
-        t.add_row(p["label"], f"{tp['mean']:,.2f}" if tp["mean"] is not None else "n/a", pct_text(tp["cv"]),
+        st = (within.get(p["point"]) or {}).get("steady_throughput_mean")
+        t.add_row(p["label"], f"{tp['mean']:,.2f}" if tp["mean"] is not None else "n/a",
+                  f"{st:,.2f}" if st is not None else "n/a", pct_text(tp["cv"]),
                   f"{tp['min']:,.2f}" if tp["min"] is not None else "n/a",
                   f"{tp['max']:,.2f}" if tp["max"] is not None else "n/a",
                   f"{p['repeats_measured']}/{p['repeats_planned']}", str(p["failed"] if p["failed"] is not None else "n/a"),

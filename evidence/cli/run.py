@@ -53,7 +53,9 @@ def register(app: typer.Typer) -> None:
         with an aiohttp streaming client, recording per-request timestamps, tokens and errors,
         engine telemetry, the engine's resolved settings and full provenance.
 
-        Interrupted? Run the same command again: complete trials are kept and never repeated.
+        Interrupted (Ctrl-C, SIGTERM)? Sending stops between requests, the cut trial's completed
+        requests are kept in aborted/, and the same command continues: complete trials are kept
+        and never repeated. Ends with a table per point and the next command.
         Exit codes: 0 complete, 1 complete with failed requests or incomplete, 2 could not run,
         130 interrupted.
         """

@@ -65,17 +65,21 @@ def _append_look(rd: RunDir, row: dict) -> None:
         f.write(dumps_line(row))
 
 
-def pairs(rd: RunDir, trials: list[Trial], a: int, b: int) -> list[tuple[float, float]]:
-    """(a, b) output tok/s from the same repeat, for every repeat where both trials are complete."""
+def pairs(rd: RunDir, trials: list[Trial], a: int, b: int) -> tuple[list[tuple[float, float]], list[int]]:
+    """(a, b) output tok/s from the same repeat, for every repeat where both trials are complete, and
+    each pair's engine session. The looks pair by repeat; the sessions are recorded beside them (the
+    analysis afterwards makes the session the unit when sessions differ, evidence.analysis.stats)."""
     done = set(rd.completed_trials())
     val: dict[tuple[int, int], float] = {}
+    sess: dict[int, int] = {}
     for t in trials:
         if t.id in done and t.point in (a, b):
             v = read_json(rd.trial_dir(t.id) / SUMMARY).get(METRIC)
             if v is not None:
                 val[(t.repeat, t.point)] = float(v)
-    reps = sorted({r for r, _ in val})
-    return [(val[(r, a)], val[(r, b)]) for r in reps if (r, a) in val and (r, b) in val]
+                sess[t.repeat] = trial_session(t)
+    reps = [r for r in sorted({r for r, _ in val}) if (r, a) in val and (r, b) in val]
+    return [(val[(r, a)], val[(r, b)]) for r in reps], [sess[r] for r in reps]
 
 
 def _json_safe(v: Any) -> Any:
@@ -141,10 +145,11 @@ def run_until_decided(ctx: RunContext, trials: list[Trial], *, plan_repeats: int
             if (c.a, c.b) in kept:
                 results.append({**kept[(c.a, c.b)], "from_look": kept[(c.a, c.b)].get("from_look", k - 1)})
                 continue
-            pr = pairs(rd, trials, c.a, c.b)
+            pr, sessions = pairs(rd, trials, c.a, c.b)
             d = _as_dict(look(pr, look_index=k, max_looks=max_looks, alpha=ALPHA, comparisons=len(comps)))
             rule = d.get("rule") or rule
-            r = {"a": c.a, "b": c.b, "metric": METRIC, "n_pairs": len(pr), "from_look": k, **d}
+            r = {"a": c.a, "b": c.b, "metric": METRIC, "n_pairs": len(pr), "unit": "repeat",
+                 "pair_sessions": sessions, "from_look": k, **d}
             results.append(r)
             if r.get("decided"):
                 kept[(c.a, c.b)] = r

@@ -333,7 +333,7 @@ def test_vllm_adapter_run_survives_the_server_being_killed_mid_trial(tiny_model,
     w = pmeta["window"]
     assert w["start_profile_acked_s"] <= w["stop_profile_sent_s"]
     assert len(read_records(rd / "profile" / "c2" / "requests.jsonl")) == 4
-    from evidence.analysis.core import analyze_run
+    from evidence.analysis import analyze_run
 
     analyze_run(rd)
     prof = read_json(rd / "analysis" / "profile.json")

@@ -8,7 +8,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from evidence.analysis.core import analyze_run
+from evidence.analysis import analyze_run
 from evidence.canon import read_json, write_json
 from evidence.records import RequestRecord, write_records
 from evidence.report.context import render_report

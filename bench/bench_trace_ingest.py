@@ -348,8 +348,9 @@ def write_report(out: Path, results: list[dict], command: str) -> None:
               f"- Speed against the bare connectorx read of the same columns (above 1 = the ingest is faster): "
               f"{min(wall):.2f}-{max(wall):.2f}x in wall time, {min(cpu_r):.2f}-{max(cpu_r):.2f}x in CPU time. The ingest "
               "does more than the bare read (the runtime table and the join, NVTX ranges, string ids to codes, NULLs to "
-              "-1, the final dtypes) and spends more CPU; it wins back wall time by reading slices on two threads while "
-              "numpy converts the previous ones. On a busy host the wall ratio moves with the load; the CPU ratio does not.",
+              "-1, the final dtypes) and so spends more CPU. It reads slices on two threads (connectorx and numpy "
+              "release the GIL), which can only shorten wall time when a second core is free; on this shared host "
+              "(load average in the table) none was, and wall time tracked CPU time.",
               f"- Ingest peak memory: {min(ip):,.0f}-{max(ip):,.0f} bytes per kernel row (the bare Arrow read alone: "
               f"{min(bp):,.0f}-{max(bp):,.0f}); each added row costs {marginal:,.0f} bytes at the ingest's peak, against "
               f"{b['table_mb'] * 2**20 / b['rows']:.0f} bytes a row in the finished table. Above the table: the runtime "

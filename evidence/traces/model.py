@@ -42,8 +42,8 @@ __all__ = [
     "Range",
     "Trace",
     "NUMERIC_COLUMNS",
-    "CHECKED_INT32",
-    "check_int32",
+    "NARROWED",
+    "check_fits",
     "STRING_COLUMNS",
     "COLUMNS",
     "STEP_PATTERN",
@@ -63,9 +63,10 @@ class TraceError(Exception):
     """
 
 
-# Numeric columns and their dtypes. int32 where values are small by nature (grid,
-# block, registers, shared memory, stream ids, and the 24-bit process and thread
-# ids), int64 for times and the other ids; this keeps a row at 113 bytes.
+# Numeric columns and their dtypes: int16 for block dimensions (<= 1024) and
+# registers (<= 255), int32 for other small values (grid, shared memory, stream
+# ids, the 24-bit process and thread ids), int64 for times and the other ids; a
+# row takes 105 bytes.
 NUMERIC_COLUMNS: dict[str, np.dtype] = {
     "device": np.dtype(np.int32),
     "stream": np.dtype(np.int32),
@@ -74,10 +75,10 @@ NUMERIC_COLUMNS: dict[str, np.dtype] = {
     "grid_x": np.dtype(np.int32),
     "grid_y": np.dtype(np.int32),
     "grid_z": np.dtype(np.int32),
-    "block_x": np.dtype(np.int32),
-    "block_y": np.dtype(np.int32),
-    "block_z": np.dtype(np.int32),
-    "regs": np.dtype(np.int32),
+    "block_x": np.dtype(np.int16),
+    "block_y": np.dtype(np.int16),
+    "block_z": np.dtype(np.int16),
+    "regs": np.dtype(np.int16),
     "smem_bytes": np.dtype(np.int32),
     "corr_id": np.dtype(np.int64),
     "graph_id": np.dtype(np.int64),
@@ -87,8 +88,8 @@ NUMERIC_COLUMNS: dict[str, np.dtype] = {
     "tid": np.dtype(np.int32),
     "launch_ns": np.dtype(np.int64),
 }
-# int32 columns that were int64 before: values that do not fit are refused, never wrapped.
-CHECKED_INT32 = ("stream", "smem_bytes", "pid", "tid")
+# Columns narrower than the values a reader hands over: values that do not fit are refused, never wrapped.
+NARROWED = ("stream", "smem_bytes", "pid", "tid", "block_x", "block_y", "block_z", "regs")
 STRING_COLUMNS: tuple[str, ...] = ("source", "name", "short_name", "launch_api")
 COLUMNS: tuple[str, ...] = (
     "source", "device", "stream", "start_ns", "end_ns", "name", "short_name",
@@ -97,10 +98,13 @@ COLUMNS: tuple[str, ...] = (
 )
 
 
-def check_int32(col: str, arr: np.ndarray) -> None:
-    """ValueError if an integer column holds values an int32 cannot (they would wrap silently)."""
-    if arr.dtype.itemsize > 4 and len(arr) and (int(arr.min()) < -2**31 or int(arr.max()) >= 2**31):
-        raise ValueError(f"column {col} holds values outside the 32-bit range ({int(arr.min())}..{int(arr.max())})")
+def check_fits(col: str, arr: np.ndarray) -> None:
+    """ValueError if an integer array holds values its table column cannot (they would wrap silently)."""
+    info = np.iinfo(NUMERIC_COLUMNS[col])
+    if arr.dtype.itemsize > info.bits // 8 and len(arr):
+        lo, hi = int(arr.min()), int(arr.max())
+        if lo < info.min or hi > info.max:
+            raise ValueError(f"column {col} holds values outside the {info.bits}-bit range ({lo}..{hi})")
 
 
 class KernelTable:
@@ -123,8 +127,8 @@ class KernelTable:
         self._num: dict[str, np.ndarray] = {}
         for col, dt in NUMERIC_COLUMNS.items():
             arr = numeric.get(col)
-            if arr is not None and col in CHECKED_INT32:
-                check_int32(col, np.asarray(arr))
+            if arr is not None and col in NARROWED:
+                check_fits(col, np.asarray(arr))
             self._num[col] = np.full(n, -1, dtype=dt) if arr is None else np.asarray(arr).astype(dt, copy=False)
             if col == "is_graph" and arr is None:
                 self._num[col] = np.zeros(n, dtype=np.bool_)
@@ -325,6 +329,9 @@ def steps_from_ranges(ranges: Iterable[Range]) -> list[Step]:
 # Kernels under steps
 # ---------------------------------------------------------------------------
 
+_PLACE_ROWS = 1 << 18
+
+
 def place_kernels_in_steps(kernels: KernelTable, steps: Sequence[Step]) -> np.ndarray:
     """Step index for each kernel (-1 if none), by where its launch call falls.
 
@@ -339,17 +346,20 @@ def place_kernels_in_steps(kernels: KernelTable, steps: Sequence[Step]) -> np.nd
         return out
     launch = kernels["launch_ns"]
     kpid = kernels["pid"]
-    step_pids = sorted({s.pid for s in steps})
-    for spid in step_pids:
+    per_pid = []
+    for spid in sorted({s.pid for s in steps}):
         ss = [s for s in steps if s.pid == spid]
-        starts = np.array([s.start_ns for s in ss], np.int64)
-        ends = np.array([s.end_ns for s in ss], np.int64)
-        idx = np.array([s.index for s in ss], np.int64)
-        sel = (launch >= 0) & ((kpid == spid) | (kpid < 0) | (spid < 0))
-        j = np.searchsorted(starts, launch[sel], side="right") - 1
-        ok = (j >= 0) & (launch[sel] < ends[np.maximum(j, 0)])
-        where = np.flatnonzero(sel)
-        out[where[ok]] = idx[j[ok]]
+        per_pid.append((spid, np.array([s.start_ns for s in ss], np.int64), np.array([s.end_ns for s in ss], np.int64),
+                        np.array([s.index for s in ss], np.int64)))
+    for a in range(0, n, _PLACE_ROWS):  # a slice of kernels at a time: the temporaries stay small
+        la, pa, oa = launch[a:a + _PLACE_ROWS], kpid[a:a + _PLACE_ROWS], out[a:a + _PLACE_ROWS]
+        for spid, starts, ends, idx in per_pid:
+            sel = (la >= 0) & ((pa == spid) | (pa < 0) | (spid < 0))
+            ls = la[sel]
+            j = np.searchsorted(starts, ls, side="right") - 1
+            ok = (j >= 0) & (ls < ends[np.maximum(j, 0)])
+            where = np.flatnonzero(sel)
+            oa[where[ok]] = idx[j[ok]]
     # GPU-span fallback for kernels without a launch record.
     spans = [(s.gpu_start_ns, s.gpu_end_ns, s.index) for s in steps if s.gpu_start_ns is not None]
     rest = np.flatnonzero((out < 0) & (launch < 0))

@@ -4,6 +4,12 @@ Kernels from `CUPTI_ACTIVITY_KIND_KERNEL`, names from `StringIds`, the launching
 API call from `CUPTI_ACTIVITY_KIND_RUNTIME` (joined on correlationId within the
 process), NVTX ranges from `NVTX_EVENTS`. Optional columns an export lacks are
 filled with -1 and named in the trace's notes.
+
+The kernel and runtime tables are read through connectorx into Arrow, a slice of
+rowids at a time, and written straight into the kernel table's numpy arrays, so
+no Python object is built per value and the peak stays near the table's own size
+(bench/RESULTS-trace.md). The small tables (StringIds lookups, NVTX, metadata)
+go through sqlite3.
 """
 
 from __future__ import annotations
@@ -18,7 +24,7 @@ from urllib.parse import quote
 import numpy as np
 
 from evidence.traces.model import (
-    NUMERIC_COLUMNS, KernelTable, Range, Trace, TraceError, check_int32, graph_mask, normalize_launch_api,
+    NARROWED, NUMERIC_COLUMNS, KernelTable, Range, Trace, TraceError, check_fits, graph_mask, normalize_launch_api,
     short_kernel_name, steps_from_ranges,
 )
 
@@ -147,6 +153,15 @@ class _Launches:
             sorted_cols.append(cols.pop()[order])  # one column copied at a time
         cols.clear()
         self.start, self.name_id, self.gtid = sorted_cols
+        # One process with compact correlation ids (the usual case): a direct lookup table,
+        # cheaper than a binary search per kernel. It holds each key's first row.
+        self.lut = None
+        n = len(self.keys)
+        if len(self.procs) == 1 and n and int(self.keys[-1]) < 4 * n + (1 << 20):
+            first = np.ones(n, bool)
+            first[1:] = self.keys[1:] != self.keys[:-1]
+            self.lut = np.full(int(self.keys[-1]) + 1, -1, np.int64)
+            self.lut[self.keys[first]] = np.flatnonzero(first)
 
     def match(self, k_corr: np.ndarray, k_gpid: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(hit, index into the sorted runtime rows) for each kernel."""
@@ -155,6 +170,12 @@ class _Launches:
         n = len(self.keys)
         if n == 0:
             return np.zeros(len(k_corr), bool), np.zeros(len(k_corr), np.int64)
+        if self.lut is not None:
+            c = k_corr & 0xFFFFFFFF
+            ok = (k_gpid == self.procs[0]) & (k_corr >= 0) & (c < len(self.lut))
+            pos = np.full(len(k_corr), -1, np.int64)
+            pos[ok] = self.lut[c[ok]]
+            return pos >= 0, pos
         pi = np.searchsorted(self.procs, k_gpid)
         known = self.procs[np.minimum(pi, len(self.procs) - 1)] == k_gpid
         k_key = (pi.astype(np.int64) << 32) | (k_corr & 0xFFFFFFFF)
@@ -359,14 +380,14 @@ def _read_kernels(con: sqlite3.Connection, reader: _Reader, have: set[str], nrow
         for key in ("start_ns", "device", "stream", "corr_id", "grid_x", "grid_y", "grid_z", "block_x", "block_y",
                     "block_z", "regs"):
             if key in got:
-                if key == "stream":
-                    check_int32(key, got[key])
+                if key in NARROWED:
+                    check_fits(key, got[key])
                 num[key][sl] = got[key]
         np.add(got["start_ns"], got["dur"], out=num["end_ns"][sl])
         static, dynamic = got.get("smem_static", none), got.get("smem_dynamic", none)
         smem = num["smem_bytes"][sl]
         total = np.maximum(static, 0) + np.maximum(dynamic, 0)
-        check_int32("smem_bytes", total)
+        check_fits("smem_bytes", total)
         smem[:] = total
         smem[(static < 0) & (dynamic < 0)] = -1
         for key in ("graph_id", "graph_node_id"):
@@ -392,11 +413,11 @@ def _read_kernels(con: sqlite3.Connection, reader: _Reader, have: set[str], nrow
 
     slices = _slices(con, "CUPTI_ACTIVITY_KIND_KERNEL", n)
     workers = min(_WORKERS, os.cpu_count() or 1, len(slices))
-    if workers > 1:
-        with ThreadPoolExecutor(workers) as ex:
-            unmatched = sum(ex.map(lambda s: one(*s), slices))
-    else:
-        unmatched = sum(one(*s) for s in slices)
+    # This thread takes its share too: its malloc arena already holds the runtime phase's freed memory.
+    with ThreadPoolExecutor(max(workers - 1, 1)) as ex:
+        helped = [ex.submit(one, *sl) for k, sl in enumerate(slices) if k % workers]
+        unmatched = sum(one(*sl) for k, sl in enumerate(slices) if not k % workers)
+        unmatched += sum(f.result() for f in helped)
 
     used = _used_ids(name1)
     name_cats = _to_codes(name1, used, _strings_for(con, used - 1))

@@ -66,6 +66,7 @@ def test_rowid_gaps_and_nulls(tmp_path, monkeypatch):
 
 @pytest.mark.parametrize("sql,needle", [
     ('UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET "streamId" = 5000000000 WHERE rowid = 3', "32-bit"),
+    ('UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET "blockX" = 70000 WHERE rowid = 3', "16-bit"),
     ('UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET "gridX" = 1.5', "gridX"),
 ])
 def test_values_the_table_cannot_hold_are_refused(tmp_path, sql, needle):

@@ -79,6 +79,26 @@ def test_union_length_by_hand():
     assert union_length(np.array([0, 150, 50]), np.array([100, 250, 200]), 75, 175) == 100  # clipped
 
 
+@pytest.mark.parametrize("seed", range(20))
+def test_union_length_against_a_unit_grid(seed):
+    """Random intervals, sorted or not, overlapping, empty, clipped: the union counted unit by unit."""
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(0, 60))
+    s = rng.integers(0, 400, n)
+    e = s + rng.integers(-5, 60, n)  # some empty or reversed
+    if seed % 2:
+        order = np.argsort(s, kind="stable")
+        s, e = s[order], e[order]
+    lo, hi = (None, None) if seed % 3 == 0 else (int(rng.integers(0, 200)), int(rng.integers(200, 480)))
+    grid = np.zeros(500, bool)
+    for a, b in zip(s.tolist(), e.tolist()):
+        a, b = max(a, lo if lo is not None else a), min(b, hi if hi is not None else b)
+        grid[a:max(a, b)] = True
+    s0, e0 = s.copy(), e.copy()
+    assert union_length(s, e, lo, hi) == int(grid.sum())
+    assert np.array_equal(s, s0) and np.array_equal(e, e0)  # inputs untouched
+
+
 def test_kernel_active_overlapping_streams(tmp_path):
     # stream 7: [0,100) [150,250); stream 13: [50,200) -> union [0,250) = 250; sum 350.
     tr = load_trace(write_kineto_json(tmp_path / "u.json", explicit([(7, 0, 100), (7, 150, 250), (13, 50, 200)])))

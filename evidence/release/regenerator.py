@@ -67,37 +67,48 @@ def cache_root() -> Path:
 
 # --------------------------------------------------------------------------- the render stack
 
-def _dependency_closure(root: str = "evidence") -> dict[str, str]:
-    """name -> version of every installed distribution `root` requires, transitively (extras not followed)."""
+def _dependency_closure(requires: list[str]) -> dict[str, str]:
+    """name -> installed version of every distribution these requirements name, transitively (extras
+    not followed; a requirement not installed here is left out: it cannot be locked)."""
     from packaging.requirements import Requirement
     from packaging.utils import canonicalize_name
 
     seen: dict[str, str] = {}
-    todo = [root]
+    todo = list(requires)
     while todo:
-        name = todo.pop()
+        req = Requirement(todo.pop())
+        if req.marker is not None and not req.marker.evaluate({"extra": ""}):
+            continue
+        key = canonicalize_name(req.name)
+        if key in seen:
+            continue
         try:
-            dist = md.distribution(name)
+            dist = md.distribution(req.name)
         except md.PackageNotFoundError:
             continue
-        for r in dist.requires or []:
-            req = Requirement(r)
-            if req.marker is not None and not req.marker.evaluate({"extra": ""}):
-                continue
-            key = canonicalize_name(req.name)
-            if key in seen:
-                continue
-            try:
-                seen[key] = md.version(req.name)
-            except md.PackageNotFoundError:
-                continue
-            todo.append(req.name)
+        seen[key] = dist.version
+        todo += dist.requires or []
     return dict(sorted(seen.items()))
 
 
-def render_lock() -> dict:
+def wheel_requires(wheel: Path) -> list[str]:
+    """The Requires-Dist lines of a wheel's METADATA (what that code declares it needs)."""
+    from email.parser import Parser
+
+    with zipfile.ZipFile(wheel) as z:
+        name = next(n for n in z.namelist() if n.endswith(".dist-info/METADATA") and n.count("/") == 1)
+        meta = Parser().parsestr(z.read(name).decode("utf-8"))
+    return meta.get_all("Requires-Dist") or []
+
+
+def render_lock(requires: list[str] | None = None) -> dict:
     """What fixes the bytes of regenerated files, beyond the code: the interpreter, FreeType, and the
-    installed versions of everything `evidence` depends on."""
+    installed versions of everything the code requires (default: the installed evidence's requirements)."""
+    if requires is None:
+        try:
+            requires = md.distribution("evidence").requires or []
+        except md.PackageNotFoundError:
+            requires = []
     try:
         from matplotlib import ft2font
 
@@ -105,12 +116,12 @@ def render_lock() -> dict:
     except ImportError:
         freetype = None
     return {"python": ".".join(map(str, sys.version_info[:3])), "implementation": sys.implementation.name,
-            "freetype": freetype, "packages": _dependency_closure()}
+            "freetype": freetype, "packages": _dependency_closure(requires)}
 
 
 def lock_differences(lock: dict) -> list[str]:
     """How this interpreter differs from a lock, in words; [] when it matches."""
-    here = render_lock()
+    here = render_lock([f"{n}" for n in lock.get("packages") or {}])
     out = []
     if str(lock.get("python", "")).split(".")[:2] != here["python"].split(".")[:2]:
         out.append(f"python {lock.get('python')} (lock) vs {here['python']} (here)")
@@ -171,7 +182,7 @@ def build_regenerator(release_dir: Path, *, sde: int) -> list[str]:
         wheel = out_dir / wheels[0].name
         shutil.copyfile(wheels[0], wheel)
     lock = {"format": LOCK_FORMAT, "wheel": wheel.name, "wheel_sha256": sha256_bytes(wheel.read_bytes()),
-            "code_commit": commit, "entry": ENTRY, "render": render_lock()}
+            "code_commit": commit, "entry": ENTRY, "render": render_lock(wheel_requires(wheel))}
     write_atomic(Path(release_dir) / LOCK, dumps(lock))
     return [f"{REGEN_DIR}/{wheel.name}", LOCK]
 

@@ -207,3 +207,23 @@ def test_report_never_writes_into_a_release(frozen, tmp_path):
                         capture_output=True, text=True)
     assert ok.returncode == 0, ok.stderr
     assert (tmp_path / "out" / "report" / "report.html").is_file()
+
+
+def test_a_lock_this_interpreter_does_not_match_regenerates_in_an_isolated_environment(frozen, tmp_path, monkeypatch):
+    """The lock pins another cycler: verify builds a venv from the lock (pip; cached per lock) and regenerates
+    there. Without a package index it must say it could not build one, never pass silently."""
+    monkeypatch.setenv("EVIDENCE_REGEN_CACHE", str(tmp_path / "cache"))
+    rel = _copy(frozen, tmp_path)
+    lock = json.loads((rel / regenerator.LOCK).read_text())
+    here = lock["render"]["packages"]["cycler"]
+    lock["render"]["packages"]["cycler"] = "0.12.0" if here != "0.12.0" else "0.12.1"
+    (rel / regenerator.LOCK).write_text(json.dumps(lock))
+    metadata.seal(rel, json.loads((rel / layout.RELEASE_JSON).read_text()))
+    rep = verify.verify(rel, repo=None)
+    st = {c.id: c for c in rep.checks if c.id.startswith("regen.")}
+    if rep.regen_env["kind"] == "venv":
+        assert all(c.status == "pass" for c in st.values()), {k: c.message for k, c in st.items()}
+        assert "cycler" in rep.regen_env["describe"] and str(tmp_path / "cache") in rep.regen_env["python"]
+    else:
+        assert rep.regen_env["kind"] == "unavailable"
+        assert all(c.status == "fail" and "could not build an isolated environment" in c.message for c in st.values())

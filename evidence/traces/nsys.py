@@ -220,7 +220,8 @@ def load_nsys_sqlite(path: str | Path) -> Trace:
     """Load an Nsight Systems SQLite export. Raises TraceError on a bad file."""
     p = Path(path)
     try:
-        con = sqlite3.connect(f"file:{p}?mode=ro", uri=True)
+        # Quoted: an unquoted '#' or '?' in the path would cut it short and open (create) another file.
+        con = sqlite3.connect(f"file:{quote(str(p.resolve()))}?mode=ro", uri=True)
         con.execute("PRAGMA cache_size = -512")  # 512 KiB: every query here is one pass, none re-reads a page
         tables = {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type IN ('table','view')")}
     except sqlite3.DatabaseError as e:

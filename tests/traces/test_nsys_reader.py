@@ -78,3 +78,12 @@ def test_values_the_table_cannot_hold_are_refused(tmp_path, sql, needle):
     with pytest.raises(TraceError, match=needle) as e:
         load_trace(p)
     assert "\n" not in str(e.value)
+
+
+def test_a_path_with_uri_characters_is_read_and_nothing_else_is_created(tmp_path):
+    folder = tmp_path / "a b#c%20d?e"
+    folder.mkdir()
+    p = write_nsys_sqlite(folder / "x y.sqlite", _scenario())
+    before = sorted(tmp_path.rglob("*"))
+    assert len(load_trace(p).kernels) > 0
+    assert sorted(tmp_path.rglob("*")) == before

@@ -49,9 +49,9 @@ statements, the git tag (annotated, peels to the commit it names, message carrie
 digests, files equal the tagged commit's blobs) when the release sits in a git repository (or --repo
 is given), and regeneration of analysis, figures and report from data/raw compared byte for byte
 (for a PNG that differs: whether the pixels match and which render-environment versions differ).
-Regeneration uses the release's own code: the wheel it carries (in an isolated environment built
-from its lock when this one differs), or for older releases the commit that froze them; the report
-says which. A tag absent from this clone is not tampering: it is reported prominently ("tag binding
+Regeneration uses the release's own code: the wheel it carries when its files are the code of a
+commit in this repository (in an isolated environment built from its lock when this one differs),
+or for older releases the commit that froze them; the report says which. A tag absent from this clone is not tampering: it is reported prominently ("tag binding
 not checked"), and fails only with --require-tag. A .tar is checked member by member before
 anything is extracted, into a temporary folder.
 
@@ -172,7 +172,8 @@ def register(app: typer.Typer) -> None:
         require_tag: bool = typer.Option(False, "--require-tag", help="Fail when the release's tag is not in the "
                                          "repository (by default an absent tag is reported, not failed: tags do not travel with every clone)."),
         regen_env: str = typer.Option("auto", "--regen-env", help="Regenerate with the release's own code ('auto': its "
-                                      "wheel, or the commit that froze it) or with this code ('current')."),
+                                      "wheel when bound to this repository's history, or the commit that froze it), with "
+                                      "its wheel even when unbound ('wheel'), or with this code ('current')."),
     ) -> None:
         bars = None if as_json or not err.is_terminal else _Bars(err)
         try:

@@ -1,16 +1,20 @@
 """A release carries its regenerator, so that it verifies with the code that froze it.
 
 At freeze: regenerator/<wheel> (the exact `evidence` that froze it: a wheel built from the running
-code's source files; lock.json names its git commit when that checkout is clean) and regenerator/lock.json (the wheel's name and sha256, the entry point verify calls, and the
-render stack: the interpreter, FreeType and the version of every installed distribution `evidence`
-depends on, transitively) go into the release's tag area and its tag manifest.
+code's source files) and regenerator/lock.json (the wheel's name and sha256, the git commit of that
+code when its checkout was clean, the entry point verify calls, and the render stack: the
+interpreter, FreeType and the installed version of everything the wheel requires, transitively) go
+into the release's tag area and its tag manifest.
 
 At verify, the regenerating environment is, in this order:
-  - the release's wheel, unpacked into a cache, on this interpreter when this interpreter's
-    render stack equals the lock; otherwise in an isolated venv built from the lock (cached per lock);
+  - the release's wheel, when it is bound to this repository (its files equal evidence/ at its
+    code commit): unpacked into a cache and run on this interpreter when this interpreter's render
+    stack equals the lock, otherwise in an isolated venv built from the lock (cached per lock).
+    An unbound wheel is code the release's author chose (it could reproduce forged derived files):
+    it runs only with `--regen-env wheel`;
   - for a release frozen before releases carried their regenerator: the tree of the commit that
     froze it (release.json freeze.code_commit), taken with `git archive` from the repository into a
-    cache, on this interpreter (that commit is in the history of every clone; its tag may not be);
+    per-user cache, on this interpreter (that commit is in the history of every clone; its tag may not be);
   - with `--regen-env current`: this code.
 When none can be had, the environment says exactly what could not be done, and the regen.* checks
 fail with that reason.
@@ -18,10 +22,12 @@ fail with that reason.
 
 from __future__ import annotations
 
+import hashlib
 import importlib.metadata as md
 import io
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -39,7 +45,7 @@ from evidence.release.regen import ENTRY
 REGEN_DIR = "regenerator"
 LOCK = f"{REGEN_DIR}/lock.json"
 LOCK_FORMAT = "evidence-regenerator/1"
-ENV_MODES = ("auto", "current")
+ENV_MODES = ("auto", "current", "wheel")
 
 
 @dataclass(frozen=True)
@@ -205,7 +211,9 @@ def resolve(mode: str, root: Path | None, meta: Any, repos: list[Any]) -> RegenE
         return current_env()
     lock_path = root / LOCK if root is not None else None
     if lock_path is not None and lock_path.is_file():
-        return _wheel_env(root, lock_path)
+        return _wheel_env(root, lock_path, repos, trust=mode == "wheel")
+    if mode == "wheel":
+        return _unavailable(f"--regen-env wheel: the release carries no regenerator ({LOCK})")
     commit = ((meta or {}).get("freeze") or {}).get("code_commit") if isinstance(meta, dict) else None
     if isinstance(commit, str) and commit:
         return _commit_env(commit, repos)
@@ -229,7 +237,55 @@ def _unavailable(what: str) -> RegenEnv:
                     "(bytes may differ if the code changed), or --no-regen to skip regeneration")
 
 
-def _wheel_env(root: Path, lock_path: Path) -> RegenEnv:
+def _bind_wheel(data: bytes, lock: dict, repos: list[Any]) -> tuple[bool, str]:
+    """Is the wheel the code of a commit in this repository? Its files under evidence/ must equal that
+    commit's blobs, and every .py file of the commit's evidence/ must be in it. Unbound, a wheel is code
+    the release's author chose: it could reproduce forged derived files, so it is not run by default."""
+    commit = lock.get("code_commit")
+    if not isinstance(commit, str) or not commit:
+        return False, "it was built from a checkout with uncommitted changes (lock.json code_commit is null)"
+    repo = _repo_with(commit, repos)
+    if repo is None:
+        return False, f"its code commit {commit[:12]} is not in this repository (`git fetch origin {commit}` brings it)"
+    blobs = {}
+    for line in repo.git.ls_tree("-r", "-z", commit, "--", "evidence").split("\0"):
+        if line:
+            info, path = line.split("\t", 1)
+            mode, kind, sha = info.split()
+            if kind == "blob":
+                blobs[path] = sha
+    if "evidence/__init__.py" not in blobs:
+        return False, f"commit {commit[:12]} holds no evidence package"
+    seen = set()
+    with zipfile.ZipFile(io.BytesIO(data)) as z:
+        for name in z.namelist():
+            if name.endswith("/") or name.split("/")[0].endswith(".dist-info"):
+                continue
+            body = z.read(name)
+            if blobs.get(name) != hashlib.sha1(b"blob %d\0" % len(body) + body).hexdigest():
+                return False, f"its file {name} is not the file of commit {commit[:12]}"
+            seen.add(name)
+    missing = sorted(p for p in blobs if p.endswith(".py") and p not in seen)
+    if missing:
+        return False, f"it lacks {', '.join(missing[:3])} of commit {commit[:12]}"
+    return True, f"its files equal evidence/ at commit {commit[:12]} of this repository"
+
+
+def _repo_with(commit: str, repos: list[Any]) -> Any:
+    import git
+
+    for repo in repos:
+        if repo is None:
+            continue
+        try:
+            repo.git.cat_file("-e", f"{commit}^{{commit}}")  # the object itself, not a lazy reference to it
+            return repo
+        except (ValueError, git.BadName, git.GitCommandError):
+            continue
+    return None
+
+
+def _wheel_env(root: Path, lock_path: Path, repos: list[Any], *, trust: bool) -> RegenEnv:
     try:
         lock = json.loads(lock_path.read_text(encoding="utf-8"))
         wheel = root / REGEN_DIR / lock["wheel"]
@@ -243,6 +299,14 @@ def _wheel_env(root: Path, lock_path: Path) -> RegenEnv:
     data = wheel.read_bytes()
     if sha256_bytes(data) != want:
         return _unavailable(f"{REGEN_DIR}/{lock['wheel']} does not hash to the sha256 {LOCK} gives")
+    if not re.fullmatch(r"evidence(\.\w+)+:\w+", str(entry)):
+        return _unavailable(f"{LOCK} names the entry point {entry!r}, not a function of the evidence package")
+    bound, why = _bind_wheel(data, lock, repos)
+    if not bound and not trust:
+        return _unavailable(f"the release's regenerator ({lock['wheel']}) cannot be bound to code in this repository: {why}. "
+                            "`--regen-env wheel` runs it anyway (the release's own code, unverified: it could reproduce "
+                            "forged derived files)")
+    bound_by = why if bound else f"not bound to this repository ({why}), run by request (--regen-env wheel)"
     site = cache_root() / f"wheel-{want[:24]}"
     if not (site / ".complete").is_file():
         tmp = Path(tempfile.mkdtemp(prefix=".wheel-", dir=_mkcache()))
@@ -252,13 +316,12 @@ def _wheel_env(root: Path, lock_path: Path) -> RegenEnv:
         _install_dir(tmp, site)
     diffs = lock_differences(render)
     if not diffs:
-        return RegenEnv("wheel", f"the release's own regenerator ({lock['wheel']}, code commit {str(lock.get('code_commit'))[:12]}) "
-                        f"on {sys.executable}, whose render stack equals the release's lock",
-                        pythonpath=str(site), entry=entry)
-    return _venv_env(lock, render, wheel, entry, diffs)
+        return RegenEnv("wheel", f"the release's own regenerator ({lock['wheel']}: {bound_by}) on {sys.executable}, "
+                        "whose render stack equals the release's lock", pythonpath=str(site), entry=entry)
+    return _venv_env(lock, render, wheel, entry, diffs, bound_by)
 
 
-def _venv_env(lock: dict, render: dict, wheel: Path, entry: str, diffs: list[str]) -> RegenEnv:
+def _venv_env(lock: dict, render: dict, wheel: Path, entry: str, diffs: list[str], bound_by: str) -> RegenEnv:
     here = ".".join(map(str, sys.version_info[:2]))
     if str(render.get("python", "")).split(".")[:2] != here.split("."):
         return _unavailable(f"the release's regenerator needs Python {render.get('python')} (this is {here}); "
@@ -285,7 +348,7 @@ def _venv_env(lock: dict, render: dict, wheel: Path, entry: str, diffs: list[str
         except OSError:
             venv = tmp
         py = venv / "bin" / "python"
-    return RegenEnv("venv", f"the release's own regenerator ({lock['wheel']}) in an isolated environment built from its "
+    return RegenEnv("venv", f"the release's own regenerator ({lock['wheel']}: {bound_by}) in an isolated environment built from its "
                     f"lock ({venv}), since this interpreter differs: {'; '.join(diffs[:4])}",
                     python=str(py), entry=entry)
 
@@ -293,18 +356,7 @@ def _venv_env(lock: dict, render: dict, wheel: Path, entry: str, diffs: list[str
 def _commit_env(commit: str, repos: list[Any]) -> RegenEnv:
     tree = cache_root() / f"commit-{commit}"
     if not (tree / ".complete").is_file():
-        import git
-
-        found = None
-        for repo in repos:
-            if repo is None:
-                continue
-            try:
-                repo.git.cat_file("-e", f"{commit}^{{commit}}")  # the object itself, not a lazy reference to it
-                found = repo
-                break
-            except (ValueError, git.BadName, git.GitCommandError):
-                continue
+        found = _repo_with(commit, repos)
         if found is None:
             return _unavailable(f"the release was frozen at commit {commit[:12]} (release.json freeze.code_commit), before "
                                 "releases carried their regenerator, and that commit is not in this repository "

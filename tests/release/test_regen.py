@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 import evidence
-from evidence.release import freeze, layout, metadata, regenerator, verify
+from evidence.release import layout, metadata, regenerator, verify
 from rundir_fixtures import build_run
 
 SDE = 1780000000
@@ -33,27 +33,32 @@ def _git(repo: Path, *args: str) -> str:
     return subprocess.run(["git", *args], cwd=repo, check=True, capture_output=True, text=True).stdout
 
 
+FREEZE = ("import os, sys; from pathlib import Path; from evidence.release.freeze import freeze; "
+          "freeze('v1', [Path('runs/fixture-run')], Path('.'))")
+
+
 @pytest.fixture(scope="module")
 def frozen(tmp_path_factory):
+    """An evidence repository freezing its own run, as the real one does: the package is committed in
+    it and freeze runs from that checkout, so the wheel is bound to a commit of the repository."""
     base = tmp_path_factory.mktemp("regen")
     repo = base / "repo"
     repo.mkdir()
     _git(repo, "init", "-q", "-b", "main")
     for k, v in (("user.email", "a@example.org"), ("user.name", "A"), ("commit.gpgsign", "false"), ("tag.gpgsign", "false")):
         _git(repo, "config", k, v)
-    (repo / ".gitignore").write_text("runs/\n")
-    _git(repo, "add", ".gitignore")
-    _git(repo, "commit", "-q", "-m", "init")
-    run = build_run(repo / "runs", run_id=RUN_ID)
-    old = os.environ.get("SOURCE_DATE_EPOCH")
-    os.environ["SOURCE_DATE_EPOCH"] = str(SDE)
-    try:
-        freeze.freeze(TAG, [run], repo)
-    finally:
-        if old is None:
-            os.environ.pop("SOURCE_DATE_EPOCH")
-        else:
-            os.environ["SOURCE_DATE_EPOCH"] = old
+    (repo / ".gitignore").write_text("runs/\n__pycache__/\n")
+    src = Path(evidence.__file__).resolve().parent
+    shutil.copytree(src, repo / "evidence", ignore=shutil.ignore_patterns("__pycache__"))
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copyfile(src.parent / name, repo / name)
+    _git(repo, "add", ".")
+    _git(repo, "commit", "-q", "-m", "the code")
+    build_run(repo / "runs", run_id=RUN_ID)
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env.update(PYTHONPATH=str(repo), SOURCE_DATE_EPOCH=str(SDE), PYTHONDONTWRITEBYTECODE="1")
+    r = subprocess.run([sys.executable, "-P", "-c", FREEZE], cwd=repo, env=env, capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
     return repo
 
 
@@ -90,6 +95,7 @@ def _status(rep: dict) -> dict[str, str]:
 def test_freeze_puts_the_regenerator_in_the_tag_area(frozen):
     rel = frozen / "releases" / TAG
     lock = json.loads((rel / regenerator.LOCK).read_text())
+    assert lock["code_commit"] == _git(frozen, "rev-parse", "HEAD^").strip()  # the commit the release was made on
     wheel = rel / regenerator.REGEN_DIR / lock["wheel"]
     assert lock["entry"] == "evidence.release.regen:regenerate"
     assert hashlib.sha256(wheel.read_bytes()).hexdigest() == lock["wheel_sha256"]
@@ -110,9 +116,48 @@ def test_old_release_stays_valid_through_its_own_regenerator_after_the_analysis_
     # the release's own regenerator (its wheel) reproduces every derived byte
     own = _verify_cli(code, rel)
     assert own["ok"], [c for c in own["checks"] if c["status"] == "fail"]
-    assert own["regen_env"]["kind"] == "wheel"
+    assert own["regen_env"]["kind"] == "wheel" and "its files equal evidence/ at commit" in own["regen_env"]["describe"]
     assert all(_status(own)[f"regen.{r}"] == "pass" for r in ("analysis", "figures", "report"))
     assert "the release's own regenerator" in next(c for c in own["checks"] if c["id"] == "regen.report")["message"]
+
+
+def _rewrite_lock(rel: Path, **changes) -> None:
+    lock = json.loads((rel / regenerator.LOCK).read_text())
+    lock.update(changes)
+    (rel / regenerator.LOCK).write_text(json.dumps(lock))
+    metadata.seal(rel, json.loads((rel / layout.RELEASE_JSON).read_text()))
+
+
+def test_an_unbound_wheel_is_not_run_unless_asked(frozen, tmp_path):
+    rel = _copy(frozen, tmp_path)
+    _rewrite_lock(rel, code_commit=None)
+    rep = verify.verify(rel)
+    c = rep.by_id()["regen.analysis"]
+    assert c.status == "fail" and "cannot be bound" in c.message and "--regen-env wheel" in c.message
+    asked = verify.verify(rel, regen_env="wheel")
+    assert asked.regen_env["kind"] == "wheel" and "run by request" in asked.regen_env["describe"]
+    assert all(x.status == "pass" for x in asked.checks if x.id.startswith("regen."))
+
+
+def test_a_forged_wheel_is_refused(frozen, tmp_path):
+    """A forger ships a regenerator that reproduces forged derived files: its bytes are not the code of
+    the commit it names, so verify does not run it."""
+    import zipfile
+
+    rel = _copy(frozen, tmp_path)
+    lock = json.loads((rel / regenerator.LOCK).read_text())
+    wheel = rel / regenerator.REGEN_DIR / lock["wheel"]
+    forged = tmp_path / "forged.whl"
+    with zipfile.ZipFile(wheel) as zin, zipfile.ZipFile(forged, "w") as zout:
+        for item in zin.infolist():
+            body = zin.read(item)
+            if item.filename == "evidence/derive.py":
+                body += b"\n# reproduces whatever the release holds\n"
+            zout.writestr(item, body)
+    shutil.copyfile(forged, wheel)
+    _rewrite_lock(rel, wheel_sha256=hashlib.sha256(wheel.read_bytes()).hexdigest())
+    c = verify.verify(rel).by_id()["regen.report"]
+    assert c.status == "fail" and "evidence/derive.py is not the file of commit" in c.message
 
 
 def test_tampered_derived_file_fails_through_the_own_regenerator(frozen, tmp_path):
@@ -147,12 +192,27 @@ def test_no_regenerator_and_the_commit_not_here_says_what_could_not_be_done(froz
     assert all(rep2.status == "skip" for rep2 in verify.verify(rel, regen=False).checks if rep2.id.startswith("regen."))
 
 
-def test_no_regenerator_and_a_commit_without_the_package_fails(frozen, tmp_path):
+def test_no_regenerator_regenerates_from_the_commit_that_froze_it_or_says_why_not(frozen, tmp_path):
     rel = _copy(frozen, tmp_path)
-    head = _git(rel.parents[1], "rev-parse", "HEAD").strip()  # the experiment repository: no evidence package in it
-    _drop_regenerator(rel, head)
+    repo = rel.parents[1]
+    code_commit = _git(repo, "rev-parse", "HEAD^").strip()
+    _drop_regenerator(rel, code_commit)
+    rep = verify.verify(rel, regen_env="auto")
+    assert rep.regen_env["kind"] == "commit" and code_commit[:12] in rep.regen_env["describe"]
+    assert all(c.status == "pass" for c in rep.checks if c.id.startswith("regen.")), \
+        [(c.id, c.message) for c in rep.checks if c.id.startswith("regen.")]
+    # a commit whose tree holds no evidence package
+    _git(repo, "rm", "-rq", "evidence")
+    _git(repo, "commit", "-q", "-m", "no code")
+    _drop_regenerator_meta(rel, _git(repo, "rev-parse", "HEAD").strip())
     c = verify.verify(rel).by_id()["regen.figures"]
     assert c.status == "fail" and "holds no evidence package" in c.message
+
+
+def _drop_regenerator_meta(rel: Path, commit: str) -> None:
+    meta = json.loads((rel / layout.RELEASE_JSON).read_text())
+    meta["freeze"]["code_commit"] = commit
+    metadata.seal(rel, meta)
 
 
 def test_a_lock_for_another_python_is_refused_with_the_reason(frozen, tmp_path):

@@ -69,6 +69,7 @@ DEFAULT_RULES: tuple[FamilyRule, ...] = (
     FamilyRule("kv_cache_write", r"reshape_and_cache"),
 )
 OTHER = FamilyRule("other", r"", "other")
+_SLICE = 1 << 18
 
 
 def load_rules(path: str | Path) -> tuple[FamilyRule, ...]:
@@ -182,8 +183,13 @@ def families(
     tokens = output_tokens if output_tokens and output_tokens > 0 else None
     grand = int(dur.sum())
 
-    counts = np.bincount(ri, minlength=len(all_rules))
-    totals = np.bincount(ri, weights=dur, minlength=len(all_rules))  # float64 exact below 2**53 ns
+    # Per rule, a slice at a time (bincount would widen all of ri and dur at once); the float64
+    # sums are of integers, exact below 2**53 ns, so slicing changes no digit.
+    counts = np.zeros(len(all_rules), np.int64)
+    totals = np.zeros(len(all_rules))
+    for a in range(0, len(ri), _SLICE):
+        counts += np.bincount(ri[a:a + _SLICE], minlength=len(all_rules))
+        totals += np.bincount(ri[a:a + _SLICE], weights=dur[a:a + _SLICE], minlength=len(all_rules))
     by_rule = []
     fam_order: list[str] = []
     fam_acc: dict[str, list] = {}

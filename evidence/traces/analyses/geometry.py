@@ -85,6 +85,23 @@ def infer_heads(kernels: KernelTable, mask: np.ndarray) -> int | None:
     return int(gz.min()) if len(gz) else None
 
 
+def _groups(cols: tuple[np.ndarray, ...]) -> tuple[list[tuple[int, ...]], np.ndarray]:
+    """Distinct rows of the columns in lexicographic order, and each row's group: what
+    np.unique(np.stack(cols, 1), axis=0, return_inverse=True) gives, without its copies."""
+    order = np.lexsort(cols[::-1])
+    ordered = [c[order] for c in cols]
+    new = np.zeros(len(order), bool)
+    if len(order):
+        new[0] = True
+    for c in ordered:
+        new[1:] |= c[1:] != c[:-1]
+    inv = np.empty(len(order), np.int64)
+    inv[order] = np.cumsum(new) - 1
+    firsts = np.flatnonzero(new)
+    uniq = list(zip(*(c[firsts].astype(np.int64).tolist() for c in ordered)))
+    return uniq, inv
+
+
 def geometry_split(
     kernels: KernelTable, select: str = "attention", rules: Sequence[FamilyRule] = DEFAULT_RULES,
     window: tuple[int | None, int | None] | Window | None = None, *,
@@ -113,12 +130,10 @@ def geometry_split(
         if not m.any():
             continue
         dur = clipped_ns(kernels, m, w)
-        key = np.stack([gx[m], gy[m], gz[m], kernels["is_graph"][m].astype(np.int64)], axis=1)
-        uniq, inv = np.unique(key, axis=0, return_inverse=True)
-        inv = inv.ravel()
+        uniq, inv = _groups((gx[m], gy[m], gz[m], kernels["is_graph"][m]))
         cnt = np.bincount(inv, minlength=len(uniq))
         tot = np.bincount(inv, weights=dur, minlength=len(uniq))
-        for j, (x, y, z, g) in enumerate(uniq.tolist()):
+        for j, (x, y, z, g) in enumerate(uniq):
             t = int(round(tot[j]))
             grid = (int(x), int(y), int(z))
             groups.append(GeometryGroup(all_rules[i].name, grid, "graph" if g else "eager", int(cnt[j]), t,

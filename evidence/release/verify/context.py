@@ -14,8 +14,8 @@ from pathlib import Path
 from typing import Any, Callable
 
 from evidence.release.files import FileDigest, Inventory, Progress, hash_files, inventory
-from evidence.release.layout import (MANIFEST, PAYLOAD_DIR, RELEASE_JSON, TAGMANIFEST, Finding, dig, path_key, payload_path,
-                                     printable_tree)
+from evidence.release.layout import (DERIVED_ROLES, MANIFEST, PAYLOAD_DIR, RELEASE_JSON, TAGMANIFEST, Finding, dig,
+                                     path_key, payload_path, printable_tree)
 from evidence.release.manifest import ManifestEntry, parse_manifest
 from evidence.release.progress import NoPhases, Phases
 from evidence.release.regen import run_regeneration
@@ -177,8 +177,11 @@ class VerifyContext:
             if raw.is_dir() and not raw.is_symlink():
                 jobs[rid] = raw
         assert self._regen_tmp is not None
-        return env, run_regeneration(jobs, Path(self._regen_tmp.name), sde=sde if isinstance(sde, int) else None,
-                                     env=env, phases=self.phases)
+        try:
+            return env, run_regeneration(jobs, Path(self._regen_tmp.name), sde=sde if isinstance(sde, int) else None,
+                                         env=env, phases=self.phases)
+        except Exception as e:  # e.g. the interpreter cannot be started: every role of every run says why
+            return env, {rid: {role: e for role in DERIVED_ROLES} for rid in jobs}
 
     def regen_result(self) -> tuple[RegenEnv, dict[str, dict[str, Path | Exception]]]:
         """(the environment that regenerated, run id -> role -> output folder or exception); waits for it."""

@@ -59,6 +59,8 @@ ANALYSIS = "analysis"
 FIGURES = "figures"
 REPORT = "report"
 TMP_PREFIX = ".tmp-"
+# A parent of several runs (evidence run --hosts N, evidence sweep): its bookkeeping beside the run folders
+EXECUTION_JSON = "execution.json"
 # the files of one trial (trials/<id>/, aborted/<id>/) and of a profiled point (profile/c<point>/)
 REQUESTS = "requests.jsonl"
 TELEMETRY = "telemetry.jsonl"

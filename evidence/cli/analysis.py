@@ -175,20 +175,41 @@ def register(app: typer.Typer) -> None:
     @app.command("compare")
     def compare(
         a: Path = typer.Argument(..., help="First run directory, or a release folder (its run is under data/raw/)."),
-        b: Path = typer.Argument(..., help="Second run directory or release folder."),
+        b: Path = typer.Argument(None, help="Second run directory or release folder (leave out for a replication "
+                                 "folder: `evidence run --hosts N` writes one)."),
         as_json: bool = typer.Option(False, "--json", help="Print the comparison as JSON."),
     ) -> None:
-        """Compare two runs of the same experiment (e.g. canonical vs clean-room).
+        """Compare two runs of the same experiment (e.g. canonical vs clean-room), or the hosts of a replication.
 
         Per point: both mean throughputs and the shift; whether the ordering of points
         is the same; each run's paired advantages and verdicts; and what differs
         between them (spec without its name, resolved engine settings, engine and
-        package versions, accelerator, pins).
+        package versions, accelerator, pins). Given one replication folder (the same spec
+        on N hosts): per host its verdicts, across hosts the paired test with the host as
+        the unit ("same direction on k of N hosts"), and the within- and between-host variance.
         """
         from evidence.analysis.load import NotARunDir
         from evidence.analysis.numbers import pct_text
         from evidence.analysis.compare import compare_runs, summary_lines
 
+        if b is None:
+            from evidence.analysis.hosts import compare_hosts, summary_lines as host_lines
+            from evidence.rundir import EXECUTION_JSON
+
+            if not (a / EXECUTION_JSON).is_file():
+                _fail(NotARunDir(f"{a} is not a replication folder (no {EXECUTION_JSON}); give two runs to compare, "
+                                 "or the parent folder `evidence run --hosts N` wrote."))
+            hosts = sorted(p for p in a.iterdir() if p.is_dir() and (p / "plan.json").is_file())
+            try:
+                res = compare_hosts(hosts)
+            except NotARunDir as e:
+                _fail(e)
+            if as_json:
+                sys.stdout.write(dumps(res))
+            else:
+                for line in host_lines(res):
+                    out.print(line, markup=False)
+            return
         try:
             with _status(f"comparing {a} and {b}"):
                 c = compare_runs(a, b)

@@ -8,6 +8,7 @@ from pathlib import Path
 import typer
 
 from evidence.canon import dumps
+from evidence.cli.execute import EXECUTOR_HELP, run_elsewhere
 
 
 def register(app: typer.Typer) -> None:
@@ -44,6 +45,13 @@ def register(app: typer.Typer) -> None:
                                            "Every look and the stopping rule are recorded in looks.jsonl."),
         max_repeats: int = typer.Option(None, "--max-repeats", min=1, help="With --until-decided: the most repeats "
                                         "of every point, planned ones included (the budget)."),
+        executor: str = typer.Option("local", "--executor", help=EXECUTOR_HELP),
+        hosts: int = typer.Option(1, "--hosts", min=1, help="Run the same spec on this many hosts (one exclusive job "
+                                  "each, through --executor slurm), each its own run directory under one parent; "
+                                  "then `evidence compare <parent>` answers whether the ordering survived."),
+        partition: str = typer.Option(None, "--partition", help="Slurm partition (with --executor slurm)."),
+        gres: str = typer.Option(None, "--gres", help="Slurm generic resources per job, e.g. gpu:h200:1."),
+        time_min: int = typer.Option(60, "--time", help="Slurm time limit per job, minutes."),
         as_json: bool = typer.Option(False, "--json", help="Print the outcome as JSON at the end."),
     ) -> None:
         """Run the spec's sweep against a real engine and record every request.
@@ -64,6 +72,16 @@ def register(app: typer.Typer) -> None:
         from evidence.run.runner import RunError, run_experiment
 
         load_spec_or_exit(spec)
+        if executor != "local" or hosts > 1:
+            # Elsewhere: one job per host runs this same command on its node (evidence.execute).
+            if resume or new or interleave or until_decided:
+                fail("--resume, --new, --interleave and --until-decided run on one host; with --executor or "
+                     "--hosts, rerun the same command (same --run-id) to resume what is not complete.")
+            args = (["--allow-drift"] if allow_drift else []) + (["--no-profile"] if no_profile else []) + \
+                (["--code-commit", code_commit] if code_commit else []) + ["--http-stack", http_stack]
+            raise typer.Exit(run_elsewhere("replicate", [spec], hosts=hosts, executor=executor, partition=partition,
+                                           gres=gres, time_min=time_min, runs_dir=runs_dir, run_id=run_id,
+                                           run_args=args, as_json=as_json))
         if http_stack not in ("auto", "h1", "aiohttp"):
             fail(f"--http-stack must be auto, h1 or aiohttp, not {http_stack!r}.")
         if max_repeats is not None and not until_decided:

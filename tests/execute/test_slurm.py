@@ -78,7 +78,13 @@ analysis:
 def test_two_host_replication_gathers_both_runs_and_compares_them(cluster, tmp_path: Path) -> None:
     spec = _spec(tmp_path / "specs", "repl")
     parent = tmp_path / "runs" / "repl-2hosts"
-    doc = execute("replicate", host_slots(spec, 2), parent, SLURM, repo_root=ROOT)
+    # the user's command: the same spec on two hosts, one exclusive job each
+    p = subprocess.run([sys.executable, "-m", "evidence.cli", "run", str(spec), "--executor", "slurm", "--hosts", "2",
+                        "--partition", "gpu", "--gres", "gpu:h200:1", "--time", "10", "--runs-dir", str(parent.parent),
+                        "--run-id", parent.name], capture_output=True, text=True, cwd=ROOT, env=cluster.env)
+    assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]
+    assert "host-1" in p.stdout and "host-2" in p.stdout and "evidence compare" in p.stdout
+    doc = read_execution(parent)
     rows = {r["slot"]: r for r in summary_rows(doc, parent)}
     assert set(rows) == {"host-1", "host-2"}
     assert all(r["state"] == "COMPLETED" and r["run_status"] == "complete" for r in rows.values()), rows

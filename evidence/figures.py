@@ -189,6 +189,7 @@ def _fig_latency_tput(res: dict) -> Figure:
     rows = (n + cols - 1) // cols
     fig = Figure(figsize=(5.0 * cols, 3.6 * rows + 0.3), layout="constrained")
     dom = {e["point"]: e for e in res["dominance"]["points"]}
+    verdicts = {(x["dominant"], x["dominated"]): x.get("verdict", "means") for x in res["dominance"]["pairs"]}
     trials = res["trials"]
     for k, m in enumerate(metrics):
         ax = fig.add_subplot(rows, cols, k + 1)
@@ -209,15 +210,18 @@ def _fig_latency_tput(res: dict) -> Figure:
                 ax.scatter([x], [mor[top]], s=46, facecolors="none", edgecolors=c, zorder=4, label=f"{p['label']} {top}")
             d = dom.get(p["point"])
             if d and d["dominated"]:
+                # on the means; the paired verdict says whether the intervals carry it
                 ax.scatter([x], [mor["mean"]], s=160, marker="x", color="#d62728", linewidths=1.6, zorder=5)
-                ax.annotate(f"{p['label']} dominated by {', '.join(label(q) for q in d['dominated_by'])}",
+                ax.annotate(f"{p['label']} dominated by " + ", ".join(
+                    f"{label(q)} ({verdicts.get((q, p['point']), 'means')})" for q in d["dominated_by"]),
                             (x, mor["mean"]), textcoords="offset points", xytext=(6, -12), fontsize=7, color="#a0201a")
             else:
                 ax.annotate(p["label"], (x, mor["mean"]), textcoords="offset points", xytext=(6, 4), fontsize=7.5)
         ax.set_xlabel(f"mean output throughput ({METRICS['output_throughput'].unit})")
         ax.set_ylabel(f"{m.upper()} ({METRICS[m].unit})")
         ax.set_title(f"{m.upper()}: mean (filled), {top or 'no percentile'} (hollow), repeats (small)", fontsize=8.5)
-    _title(fig, f"{res['spec']['name']}: latency vs throughput operating points (x = dominated; mean over repeats)", res)
+    _title(fig, f"{res['spec']['name']}: latency vs throughput operating points (x = dominated on the means over "
+                "repeats; in brackets the paired verdict)", res)
     return fig
 
 

@@ -277,7 +277,8 @@ def _dominance_tables(res: dict) -> list[dict]:
     rows = []
     for e in dom["points"]:
         by = ", ".join(f"{label(q)} (held in {held[(q, e['point'])]['held_in_repeats']}/"
-                       f"{held[(q, e['point'])]['repeats_planned']} repeats)" for q in e["dominated_by"])
+                       f"{held[(q, e['point'])]['repeats_planned']} repeats; paired: {held[(q, e['point'])]['verdict']})"
+                       for q in e["dominated_by"])
         rows.append((e["label"], num(pm[e["point"]]["output_throughput"]["mean"]),
                      "n/a" if e["dominated"] is None else ("YES" if e["dominated"] else "no"), by or "",
                      ", ".join(label(q) for q in e["dominates"]), ", ".join(label(q) for q in e["tied_with"]),

@@ -611,3 +611,34 @@ def test_h200_waves_are_named_with_their_numbers(tmp_path: Path) -> None:
     # the lockstep waves of the issue: C128 moves in ~1.5-1.75 s periods between ~1k and ~23k tok/s
     assert all(w[t]["waves"] and 1.25 <= w[t]["waves"]["period_s"] <= 2.0 for t in ("r1-c128", "r2-c128", "r3-c128"))
     assert any(c.startswith("Throughput moves in waves within") and "periodic component" in c for c in res["caveats"])
+
+
+def test_no_verdict_is_stronger_than_its_interval(tmp_path: Path) -> None:
+    # Seeded random runs, from clear effects to none: wherever a finding is stated, its 95% interval excludes 0
+    # and points the same way; an ordering symbol stands only on a finding; a dominance finding has every
+    # criterion's interval on the dominant side.
+    import random
+
+    rng = random.Random(20261203)
+    seen = set()
+    for k in range(6):
+        base = {1: 100.0, 4: 100.0 * rng.choice([1.0, 1.02, 1.3, 2.5]), 16: 100.0 * rng.choice([1.0, 0.97, 1.5])}
+        noise = rng.choice([0.005, 0.05, 0.2])
+        tp = {(r, p): base[p] * math.exp(rng.gauss(0, noise)) for r in (1, 2, 3) for p in (1, 4, 16)}
+        res = analyze_run(build_run(tmp_path / str(k), throughput=lambda r, p: tp[(r, p)]), tmp_path / f"o{k}")
+        for c in res["comparisons"] + res["adjacent"]:
+            seen.add(c["verdict"])
+            if c["verdict"] == "finding":
+                lo, hi = c["ci95"]
+                assert (lo > 0 and c["better"] == c["a"]) or (hi < 0 and c["better"] == c["b"]), c["statement"]
+                assert c["p_adjusted"] < 0.05 and c["statement"].startswith("finding")
+            else:
+                assert not c["statement"].startswith("finding")
+                assert c["ci95"] is None or c["ci95"][0] <= 0 <= c["ci95"][1] or c["p_adjusted"] >= 0.05
+        o = res["ordering"]
+        for lk, sym in zip(o["links"], o["supported_statement"].split()[1::2]):
+            assert sym == "~" or lk["verdict"] == "finding"
+        for d in res["dominance"]["pairs"]:
+            if d["verdict"] == "finding":
+                assert all(cr["q_better"] for cr in d["criteria"])
+    assert {"finding", "not significant"} <= seen  # the runs exercise both sides

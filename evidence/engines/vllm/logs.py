@@ -10,7 +10,7 @@ import ast
 import os
 import re
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 LOG_TAIL_LINES = 30
 
@@ -177,6 +177,96 @@ _SKIP_BACKEND = re.compile(r"MoE|MLA prefill|Mamba|SSU|ReplaySSM|KDA|ViT|vit |sa
                            r"Transformers modeling|MoRIIO|allreduce|compilation|OOT", re.I)
 
 
+_Put = Callable[..., None]
+# An action gets (match, message, raw line, put) and says whether the line is done.
+_Act = Callable[[re.Match[str], str, str, _Put], bool]
+
+
+def _fact(name: str, convert: Callable[[str], Any] = int, group: int = 1):
+    """A line that states one fact: `name` = convert(the match's `group`)."""
+    def act(m: re.Match[str], msg: str, raw: str, put: _Put) -> bool:
+        put(name, convert(m.group(group)), _excerpt(msg))
+        return True
+    return act
+
+
+def _defaulted(m: re.Match[str], msg: str, raw: str, put: _Put) -> bool:
+    put(m.group(1), int(m.group(2)), _excerpt(msg))
+    return True
+
+
+def _chunked_prefill(m: re.Match[str], msg: str, raw: str, put: _Put) -> bool:
+    put("enable_chunked_prefill", True, _excerpt(msg))
+    put("max_num_batched_tokens", int(m.group(1)), _excerpt(msg))
+    return True
+
+
+def _engine_config(m: re.Match[str], msg: str, raw: str, put: _Put) -> bool:
+    put("engine_version", m.group(1), _excerpt(msg, f"(v{m.group(1)})", 90))
+    cfg = parse_kv_repr(m.group(2))
+    for src_key, name in _CONFIG_KEYS.items():
+        if src_key in cfg:
+            put(name, _value(cfg[src_key]), _excerpt(msg, f"{src_key}={cfg[src_key]}"[:60]))
+    cc = cfg.get("compilation_config")
+    if cc:
+        mode = _enum_name(cc, "mode") or _enum_name(cc, "level")
+        if mode is not None:
+            put("compilation_mode", mode, _excerpt(msg, "'mode': " if "'mode': " in msg else "'level': "))
+        cg = _enum_name(cc, "cudagraph_mode")
+        if cg is not None:
+            put("cudagraph_mode", cg, _excerpt(msg, "'cudagraph_mode': "))
+    return True
+
+
+def _asked_args(m: re.Match[str], msg: str, raw: str, put: _Put) -> bool:
+    args = parse_dict_repr(m.group(1))
+    for k in _ARG_KEYS:
+        if k in args:
+            put(k, args[k], _excerpt(msg, f"'{k}': "), weak=True)
+    return True
+
+
+def _kv_cache_size(m: re.Match[str], msg: str, raw: str, put: _Put) -> bool:
+    put("kv_cache_tokens", _num(m.group(2)), _excerpt(msg))
+    m2 = re.search(r"Maximum concurrency for ([\d,]+) tokens per request: ([\d.]+)x", msg)
+    if m2:
+        put("kv_cache_max_concurrency", float(m2.group(2)), _excerpt(msg))
+    return True
+
+
+def _platform_backend(m: re.Match[str], msg: str, raw: str, put: _Put) -> bool:
+    # Only the platform module's choice is the attention backend; other
+    # "Using X backend." lines (MoE, sampler, ...) fall through.
+    if _SKIP_BACKEND.search(msg) or not any(f in raw for f in ("cuda.py", "rocm.py", "xpu.py", "cpu.py")):
+        return False
+    put("attention_backend", m.group(1), _excerpt(msg))
+    return True
+
+
+# What a line says, tried in this order; the first whose action returns True
+# ends the line. A rule with several patterns takes the first that matches.
+_LINE_RULES: tuple[tuple[tuple[re.Pattern[str], ...], _Act], ...] = tuple(
+    (tuple(re.compile(p) for p in ((pats,) if isinstance(pats, str) else pats)), act) for pats, act in (
+        (r"Defaulting (max_num_batched_tokens|max_num_seqs) to (\d+)", _defaulted),
+        (r"Chunked prefill is enabled with max_num_batched_tokens=(\d+)", _chunked_prefill),
+        ((r"Initializing a V1 LLM engine \(v([^)]+)\) with config: (.*)$",
+          r"Initializing an? (?:LLM )?engine \(v([^)]+)\) with config: (.*)$"), _engine_config),
+        (r"non-default args: (\{.*)$", _asked_args),
+        (r"Using max model len (\d+)", _fact("max_model_len")),
+        (r"(?:(GPU|CPU|XPU|TPU)\s+)?KV cache size: ([\d,]+) tokens", _kv_cache_size),
+        (r"Available KV cache memory: ([\d.]+) GiB", _fact("kv_cache_gib", float)),
+        (r"(?:Explicitly|Auto) set \(([\d.]+)/([\d.]+)\) GiB for KV cache", _fact("kv_cache_gib", float)),
+        (r"cache_config_info with initialization after num_gpu_blocks is: (\d+)", _fact("num_kv_blocks")),
+        (r"Using (\w+) KV cache layout", _fact("kv_cache_layout", str)),
+        (r"Using (\w+) attention backend", _fact("attention_backend", str)),
+        (r"Using ([A-Za-z0-9_ ]+?) backend(?: on V1 engine)?\.", _platform_backend),
+        (r"(?i)async(?:hronous)? scheduling (?:is )?(enabled|disabled)",
+         _fact("async_scheduling", lambda s: s.lower() == "enabled")),
+        (r"(?i)async scheduling (?:will be|is) disabled|async scheduling not supported",
+         _fact("async_scheduling", lambda s: False, group=0)),
+    ))
+
+
 def parse_server_log(text: str) -> dict[str, dict[str, Any]]:
     """What a vLLM server's own log says it resolved: name -> {"value", "source"}.
 
@@ -198,86 +288,12 @@ def parse_server_log(text: str) -> dict[str, dict[str, Any]]:
         if not raw.strip():
             continue
         msg = _message(raw)
-
-        m = re.search(r"Defaulting (max_num_batched_tokens|max_num_seqs) to (\d+)", msg)
-        if m:
-            put(m.group(1), int(m.group(2)), _excerpt(msg))
-            continue
-        m = re.search(r"Chunked prefill is enabled with max_num_batched_tokens=(\d+)", msg)
-        if m:
-            put("enable_chunked_prefill", True, _excerpt(msg))
-            put("max_num_batched_tokens", int(m.group(1)), _excerpt(msg))
-            continue
-        m = re.search(r"Initializing a V1 LLM engine \(v([^)]+)\) with config: (.*)$", msg)
-        if not m:
-            m = re.search(r"Initializing an? (?:LLM )?engine \(v([^)]+)\) with config: (.*)$", msg)
-        if m:
-            put("engine_version", m.group(1), _excerpt(msg, f"(v{m.group(1)})", 90))
-            cfg = parse_kv_repr(m.group(2))
-            for src_key, name in _CONFIG_KEYS.items():
-                if src_key in cfg:
-                    put(name, _value(cfg[src_key]), _excerpt(msg, f"{src_key}={cfg[src_key]}"[:60]))
-            cc = cfg.get("compilation_config")
-            if cc:
-                mode = _enum_name(cc, "mode") or _enum_name(cc, "level")
-                if mode is not None:
-                    put("compilation_mode", mode, _excerpt(msg, "'mode': " if "'mode': " in msg else "'level': "))
-                cg = _enum_name(cc, "cudagraph_mode")
-                if cg is not None:
-                    put("cudagraph_mode", cg, _excerpt(msg, "'cudagraph_mode': "))
-            continue
-        m = re.search(r"non-default args: (\{.*)$", msg)
-        if m:
-            args = parse_dict_repr(m.group(1))
-            for k in _ARG_KEYS:
-                if k in args:
-                    put(k, args[k], _excerpt(msg, f"'{k}': "), weak=True)
-            continue
-        m = re.search(r"Using max model len (\d+)", msg)
-        if m:
-            put("max_model_len", int(m.group(1)), _excerpt(msg))
-            continue
-        m = re.search(r"(?:(GPU|CPU|XPU|TPU)\s+)?KV cache size: ([\d,]+) tokens", msg)
-        if m:
-            put("kv_cache_tokens", _num(m.group(2)), _excerpt(msg))
-            m2 = re.search(r"Maximum concurrency for ([\d,]+) tokens per request: ([\d.]+)x", msg)
-            if m2:
-                put("kv_cache_max_concurrency", float(m2.group(2)), _excerpt(msg))
-            continue
-        m = re.search(r"Available KV cache memory: ([\d.]+) GiB", msg)
-        if m:
-            put("kv_cache_gib", float(m.group(1)), _excerpt(msg))
-            continue
-        m = re.search(r"(?:Explicitly|Auto) set \(([\d.]+)/([\d.]+)\) GiB for KV cache", msg)
-        if m:
-            put("kv_cache_gib", float(m.group(1)), _excerpt(msg))
-            continue
-        m = re.search(r"cache_config_info with initialization after num_gpu_blocks is: (\d+)", msg)
-        if m:
-            put("num_kv_blocks", int(m.group(1)), _excerpt(msg))
-            continue
-        m = re.search(r"Using (\w+) KV cache layout", msg)
-        if m:
-            put("kv_cache_layout", m.group(1), _excerpt(msg))
-            continue
-        m = re.search(r"Using (\w+) attention backend", msg)
-        if m:
-            put("attention_backend", m.group(1), _excerpt(msg))
-            continue
-        m = re.search(r"Using ([A-Za-z0-9_ ]+?) backend(?: on V1 engine)?\.", msg)
-        if m and not _SKIP_BACKEND.search(msg) and ("cuda.py" in raw or "rocm.py" in raw or "xpu.py" in raw or "cpu.py" in raw):
-            put("attention_backend", m.group(1), _excerpt(msg))
-            continue
-        m = re.search(r"(?i)async(?:hronous)? scheduling (?:is )?(enabled|disabled)", msg)
-        if m:
-            put("async_scheduling", m.group(1).lower() == "enabled", _excerpt(msg))
-            continue
-        if re.search(r"(?i)async scheduling (?:will be|is) disabled|async scheduling not supported", msg):
-            put("async_scheduling", False, _excerpt(msg))
-            continue
+        for patterns, act in _LINE_RULES:
+            m = next(filter(None, (p.search(msg) for p in patterns)), None)
+            if m and act(m, msg, raw, put):
+                break
 
     for k, v in asked.items():
         if k not in found:
             found[k] = v
     return found
-

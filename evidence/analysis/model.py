@@ -103,8 +103,12 @@ class Comparison:
     test: str = ""
     mde: float | None = None
     sign_p: float | None = None
+    perm_p: float | None = None
     sign_note: str | None = None
     better: int | None = None
+    repeats: list[dict] = field(default_factory=list)  # per repeat: session, trials, a, b, diff, winner, flags
+    noise: dict = field(default_factory=dict)  # CVs and ranges of both points (descriptive, not a rule)
+    sessions: dict | None = None  # within/between-session spread of ln(a/b) when several sessions
     flags: list[str] = field(default_factory=list)
     raw: dict = field(default_factory=dict, repr=False, compare=False)
 

@@ -197,33 +197,31 @@ def _prompt_table(res: dict) -> dict:
 
 def _comparison_tables(res: dict) -> list[dict]:
     out = []
-    for c in res["comparisons"]:
-        A, B = label(c["a"]), label(c["b"])
-        rows = [(f"repeat {r['repeat']}" + (f" (session {r['session']})" if c["unit"] == "session" else ""),
+    for c in Analysis.from_dict(res).comparisons:
+        A, B = label(c.a), label(c.b)
+        rows = [(f"repeat {r['repeat']}" + (f" (session {r['session']})" if c.unit == "session" else ""),
                  num(r["a"]), num(r["b"]), pct(r["diff"], signed=True),
-                 {"a": A, "b": B, "tie": "tie", None: "n/a"}[r["winner"]], join_flags(r["flags"])) for r in c["repeats"]]
-        rows.append(("mean", "", "", pct(c["mean_diff"], signed=True), f"{A} {c['wins_a']}, {B} {c['wins_b']}"
-                     + (f", ties {c['ties']}" if c["ties"] else ""), ""))
-        ci, cj = c["ci95"], c["ci_adjusted"]
-        ss = c["sessions"]
-        stats = [("verdict", c["verdict"]), ("unit of the test", f"{c['unit']}: n = {c['n_units']} ({c['pairs']} paired "
-                                                                   "repeats)"),
-                 ("effect (mean of (a - b) / b)", pct(c["effect"], signed=True, d=2)),
+                 {"a": A, "b": B, "tie": "tie", None: "n/a"}[r["winner"]], join_flags(r["flags"])) for r in c.repeats]
+        rows.append(("mean", "", "", pct(c.mean_diff, signed=True), f"{A} {c.wins_a}, {B} {c.wins_b}"
+                     + (f", ties {c.ties}" if c.ties else ""), ""))
+        ci, cj, ss = c.ci95, c.ci_adjusted, c.sessions
+        stats = [("verdict", c.verdict), ("unit of the test", f"{c.unit}: n = {c.n_units} ({c.pairs} paired repeats)"),
+                 ("effect (mean of (a - b) / b)", pct(c.effect, signed=True, d=2)),
                  ("95% interval", f"{pct(ci[0], signed=True, d=2)} to {pct(ci[1], signed=True, d=2)}" if ci else "n/a"),
-                 ("p (paired t on ln a/b)", p_text(c["p_value"])),
+                 ("p (paired t on ln a/b)", p_text(c.p_value)),
                  ("Holm over the declared comparisons",
-                  f"{c['family']} comparison(s): adjusted p {p_text(c['p_adjusted'])}"
-                  + (f", {pct(c['ci_adjusted_level'], d=2)} interval {pct(cj[0], signed=True, d=2)} to "
-                     f"{pct(cj[1], signed=True, d=2)}" if cj and c["family"] > 1 else "")),
-                 ("smallest detectable effect (MDE)", pct(c["mde"], d=2)),
-                 ("exact sign p / permutation p", f"{p_text(c['sign_p'])} / {p_text(c['perm_p'])}"
-                  + (f" ({c['sign_note']})" if c["sign_note"] else "")),
-                 ("noise: CV " + c["noise"]["cv_kind"], f"{A} {pct(c['noise']['a_cv'])}, {B} {pct(c['noise']['b_cv'])}")]
+                  f"{c.family} comparison(s): adjusted p {p_text(c.p_adjusted)}"
+                  + (f", {pct(c.ci_adjusted_level, d=2)} interval {pct(cj[0], signed=True, d=2)} to "
+                     f"{pct(cj[1], signed=True, d=2)}" if cj and c.family > 1 else "")),
+                 ("smallest detectable effect (MDE)", pct(c.mde, d=2)),
+                 ("exact sign p / permutation p", f"{p_text(c.sign_p)} / {p_text(c.perm_p)}"
+                  + (f" ({c.sign_note})" if c.sign_note else "")),
+                 ("noise: CV " + c.noise["cv_kind"], f"{A} {pct(c.noise['a_cv'])}, {B} {pct(c.noise['b_cv'])}")]
         if ss:
             stats.append(("engine sessions: sd of ln(a/b) within / between",
                           f"{ss['sessions']} sessions: {num(ss['sd_within_log'], 4)} / {num(ss['sd_between_log'], 4)} "
                           f"(F-test p {p_text(ss['f_p'])}); {ss['note'] or ''}"))
-        note = (f"{c['statement']}. Paired difference = (T_{A} - T_{B}) / T_{B}. Test: {c['test']}.")
+        note = (f"{c.statement}. Paired difference = (T_{A} - T_{B}) / T_{B}. Test: {c.test}.")
         out.append(table(f"Paired comparison {A} vs {B} (output throughput, tok/s)",
                          ["repeat", A, B, "paired difference", "winner", "flags"], rows, "lrrrll", note))
         out.append(table(f"{A} vs {B}: the stated procedure", ["item", "value"], stats, "ll"))

@@ -103,7 +103,9 @@ class H1Conn(asyncio.Protocol):
                         end = a + size
                         if size and end + 2 == len(data) and data.endswith(b"\r\n"):
                             sse = self.sse
-                            # ...holding one mid-stream choice chunk (as in _deliver)
+                            # ...holding one mid-stream choice chunk: _deliver's test, copied
+                            # rather than called because a method call per token is a few % of
+                            # the client's CPU per token (bench/RESULTS-client.md); keep in step.
                             if (sse.chunks and not sse.buf and not sse.crlf  # type: ignore[union-attr]
                                     and data.startswith(b"data: {", a) and data.endswith(b"}\n\n", a, end)
                                     and data.find(b"\n", a, end) == end - 2 and data.find(b"\r", a, end) < 0

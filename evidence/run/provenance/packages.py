@@ -33,6 +33,8 @@ def harness_python() -> dict[str, Any]:
     }
 
 
+# harness_python again, as text: it runs under the engine's interpreter, which
+# may not have evidence installed (stdlib only).
 _ENGINE_PROBE = r"""
 import importlib.metadata as md, json, platform, sys
 pkgs = {}

@@ -1,6 +1,6 @@
 """The load client's own ceiling: our client vs `vllm bench serve`'s, same stand-in, same run.
 
-Both clients drive the same stand-in server (evidence/standin.py, NOT an engine:
+Both clients drive the same stand-in server (evidence/tools/standin/, NOT an engine:
 zero delay, so the client is the bottleneck) at several concurrencies, in
 alternating order, each client in its own process. Reported per point: output
 tokens/s each client measured, the ratio, and how busy the stand-in was (if

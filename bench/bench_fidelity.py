@@ -24,7 +24,7 @@ cheaper workload: 15-18% more output tok/s on the CPU server at c32.
         [--prompt-form token_ids|text] [--write bench/RESULTS-fidelity.md]
 
 The server must already be running (e.g. started by evidence's vLLM adapter, or
-`vllm serve` through evidence/vllm_launch.py). This script starts nothing.
+`vllm serve` through evidence/engines/vllm/launch.py). This script starts nothing.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Synthetic but realistic run directories, built from hand-made RequestRecords.
 
 The layout is exactly what the runner writes (see evidence/rundir.py):
-spec.yaml, spec.resolved.json, plan.json (evidence.plan.make_plan), run.json,
+spec.yaml, spec.resolved.json, plan.json (evidence.spec.plan.make_plan), run.json,
 provenance.json, engine/resolved.json, and per trial requests.jsonl,
 telemetry.jsonl, meta.json, summary.json.
 
@@ -205,7 +205,7 @@ def build_run(root: Path, *, spec: Spec | None = None, run_id: str = "fixture-ru
 
 def default_provenance(spec: Spec, *, engine_version: str | None = None, accelerator: list[str] | None = None,
                        packages: dict[str, str] | None = None, hostname: str = "fixture-host") -> dict:
-    """A provenance.json shaped like evidence.provenance.collect_provenance's, pins checked by check_pins."""
+    """A provenance.json shaped like evidence.run.provenance.collect_provenance's, pins checked by check_pins."""
     from evidence.run.provenance.collect import check_pins
 
     ev = engine_version or spec.engine.version or "0.32.0"
@@ -233,7 +233,7 @@ def default_provenance(spec: Spec, *, engine_version: str | None = None, acceler
 
 
 def default_engine_resolved(spec: Spec, **override: Any) -> dict:
-    """engine/resolved.json as evidence.engine.combine_resolved writes it: {name: {value, source, requested?}}."""
+    """engine/resolved.json as evidence.engines.base.combine_resolved writes it: {name: {value, source, requested?}}."""
     d = {
         "engine_version": {"value": spec.engine.version, "source": "server log: 'vLLM API server version'"},
         "enable_chunked_prefill": {"value": True, "source": "server log: 'Chunked prefill is enabled'"},

@@ -1,7 +1,7 @@
 """`evidence engine install-cpu`, `evidence model tiny DIR`, `evidence provenance`.
 
 The main CLI calls `register(app)`; this module parses options and renders. The
-work is in engine_install.py, tinymodel.py and provenance.py.
+work is in engines/vllm/install.py, tools/tinymodel.py and run/provenance/.
 """
 
 from __future__ import annotations

@@ -328,7 +328,7 @@ class Sweep(_Model):
 
 
 class FamilyRule(_Model):
-    """An ordered kernel-classification rule (first match wins), see evidence.profile_analysis."""
+    """An ordered kernel-classification rule (first match wins), see evidence.traces.analyses.families."""
 
     name: str
     pattern: str

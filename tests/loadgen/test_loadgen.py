@@ -1,6 +1,6 @@
 """The load generator against the stand-in server: timing, SSE framing, faults, scheduling.
 
-The stand-in (evidence/standin.py) is NOT an engine; it gives exact chunk timing
+The stand-in (evidence/tools/standin/) is NOT an engine; it gives exact chunk timing
 and faults on demand. It runs in a thread of this process, so timing tolerances
 allow for the GIL and the event-loop timer granularity (~1 ms).
 """

@@ -18,7 +18,7 @@ from trace_fixtures import ForwardSpec, T0_REL_NS, abs_ns, vllm_scenario, write_
 
 
 def _profile(run: Path, *, t0_unix: float, chunk_s: list[list[float]]) -> Path:
-    """profile/ as evidence.profiling writes it: profile.json + c4/{trace, requests.jsonl, meta.json}."""
+    """profile/ as evidence.run.profiling writes it: profile.json + c4/{trace, requests.jsonl, meta.json}."""
     folder = run / "profile" / "c4"
     folder.mkdir(parents=True)
     fw = [ForwardSpec(nseq=4, grid_x=1, graph=True, step=(0, 0, 4, 4)) for _ in range(6)]

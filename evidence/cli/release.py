@@ -138,6 +138,9 @@ def register(app: typer.Typer) -> None:
         releases_dir: Optional[Path] = typer.Option(None, "--releases-dir", help="Where releases go (default: releases/ at the repository root)."),
         repo: Optional[Path] = typer.Option(None, "--repo", help="The git repository (default: the one holding the current folder)."),
         allow: List[str] = typer.Option([], "--allow", help="Publish anyway despite: 'incomplete' (recorded in release.json)."),
+        notes: Optional[Path] = typer.Option(None, "--notes", help="A Markdown file of your reading of the runs (an erratum "
+                                             "of an earlier release, say): kept as data/release/notes.md and shown first "
+                                             "on the release's index page."),
         as_json: bool = typer.Option(False, "--json", help="Print the result as JSON."),
     ) -> None:
         import git
@@ -148,7 +151,7 @@ def register(app: typer.Typer) -> None:
             fail(f"{Path.cwd()} is not inside a git repository; run freeze from the project (or pass --repo).")
         rdir = Path(releases_dir).resolve() if releases_dir else Path("releases")
         try:
-            res = do_freeze(tag, [Path(r) for r in runs or []], root, releases_dir=rdir, allow=allow,
+            res = do_freeze(tag, [Path(r) for r in runs or []], root, releases_dir=rdir, allow=allow, notes=notes,
                             say=lambda s: err.print(s, markup=False) if not as_json else None)
         except ReleaseError as e:
             fail(str(e), e.code)

@@ -16,11 +16,12 @@ from evidence.canon import write_atomic
 from evidence.release.archive import build_tar
 from evidence.release.candidates import publish_command, runs_for_tag
 from evidence.release.files import inventory
-from evidence.release.layout import (ALLOW_VALUES, DERIVED_ROLES, FORMAT, MANIFEST, PAYLOAD_DIR, REGEN_FUNCTIONS,
+from evidence.release.layout import (ALLOW_VALUES, CRATE, DERIVED_ROLES, FORMAT, MANIFEST, NOTES, PAYLOAD_DIR, RELEASE_DIR,
+                                     REGEN_FUNCTIONS,
                                      RELEASE_JSON, ROLE_DOC, TAG_NAME, TAGMANIFEST, ReleaseError, dig,
                                      freeze_name_problems, path_problems, payload_path, sha256_bytes)
 from evidence.release.metadata import iso_utc, seal
-from evidence.release.regen import copy_tree_files, current_render_environment, regenerate
+from evidence.release.regen import copy_tree_files, current_render_environment, regenerate, regenerate_release
 from evidence.release.regenerator import build_regenerator
 from evidence.release.staging import (STAGING_MARK, Interrupted, critical, interruptible, make_staging, placing_mark,
                                       signal_name, stale_staging)
@@ -168,6 +169,22 @@ def tag_message(tag: str, commit: str | None, digests: dict[str, str], tar_sha: 
     return "\n".join(lines) + "\n"
 
 
+MAX_NOTES_BYTES = 1 << 20
+
+
+def read_notes(path: Path) -> str:
+    """The author's notes file: UTF-8 Markdown of at most 1 MiB, with no secret in it."""
+    p = Path(path)
+    if not p.is_file():
+        raise ReleaseError(f"--notes {p}: no such file; give a Markdown file of the release's reading (or erratum).")
+    if p.stat().st_size > MAX_NOTES_BYTES:
+        raise ReleaseError(f"--notes {p} is {p.stat().st_size:,} bytes; release notes are at most {MAX_NOTES_BYTES:,}.")
+    try:
+        return p.read_bytes().decode("utf-8")
+    except UnicodeDecodeError:
+        raise ReleaseError(f"--notes {p} is not UTF-8 text.") from None
+
+
 def freeze(
     tag: str,
     runs: list[Path] | None,
@@ -178,26 +195,31 @@ def freeze(
     allow: Iterable[str] = (),
     workers: int | None = None,
     say: Callable[[str], None] = lambda s: None,
+    notes: Path | None = None,
 ) -> FreezeResult:
     """Freeze runs into releases/<tag>/, a deterministic releases/<tag>.tar (+ .tar.sha256), one commit
     holding all three, and an annotated tag <tag> on it whose message carries the manifest digests.
     With no runs, the one complete run of the spec the tag names (candidates.runs_for_tag).
     Refuses (ReleaseError, exit 2): a dirty tree (untracked files count), what a killed freeze left in
     releases/, an existing tag or release, a run that is not complete, any secret in the payload.
-    SIGTERM or SIGHUP remove everything written so far (ReleaseError, exit 128 + the signal)."""
+    SIGTERM or SIGHUP remove everything written so far (ReleaseError, exit 128 + the signal).
+    `notes`: a Markdown file of the author's words (a reading, an erratum), kept as data/release/notes.md
+    and shown first on the release's index page."""
     state: dict = {}
     try:
         with interruptible(state):
             return _freeze(tag, runs, repo_root, releases_dir=releases_dir, runs_dir=runs_dir, allow=allow,
-                           workers=workers, say=say, state=state)
+                           workers=workers, say=say, state=state, notes=notes)
     except Interrupted as e:
         raise ReleaseError(f"freeze of {tag} was interrupted by {signal_name(e.signum)}; nothing was released: the staging "
                            "folder and any release files were removed, nothing was committed or tagged.", 128 + e.signum) from None
 
 
 def _freeze(tag: str, runs: list[Path] | None, repo_root: Path, *, releases_dir: str | Path, runs_dir: str | Path,
-            allow: Iterable[str], workers: int | None, say: Callable[[str], None], state: dict) -> FreezeResult:
+            allow: Iterable[str], workers: int | None, say: Callable[[str], None], state: dict,
+            notes: Path | None = None) -> FreezeResult:
     allow = frozenset(allow)
+    notes_text = read_notes(notes) if notes is not None else None
     if allow - set(ALLOW_VALUES):
         raise ReleaseError(f"unknown --allow value(s) {', '.join(sorted(allow - set(ALLOW_VALUES)))}; known: {', '.join(ALLOW_VALUES)}.")
     if not TAG_NAME.fullmatch(tag) or ".." in tag or tag.endswith(".lock"):
@@ -274,6 +296,19 @@ def _freeze(tag: str, runs: list[Path] | None, repo_root: Path, *, releases_dir:
                     dest.parent.mkdir(parents=True, exist_ok=True)
                     os.replace(o, dest)
             say(f"regenerated analysis, figures and report of {p.name}")
+        # release level: the author's notes as given, then the index over every run, the compare and the RO-Crate,
+        # regenerated from the payload exactly as verify will (regen.release)
+        if notes_text is not None:
+            write_atomic(staging / PAYLOAD_DIR / RELEASE_DIR / NOTES, notes_text)
+        outs = regenerate_release(staging / PAYLOAD_DIR, work, sde=sde, tag=tag)
+        for role, o in outs.items():
+            if isinstance(o, Exception):
+                raise ReleaseError(f"building the release's {role} files failed ({type(o).__name__}: {o}); nothing was released.")
+        (staging / PAYLOAD_DIR / RELEASE_DIR).mkdir(parents=True, exist_ok=True)
+        for f in sorted(outs["release"].iterdir()):
+            os.replace(f, staging / PAYLOAD_DIR / RELEASE_DIR / f.name)
+        os.replace(outs["crate"] / CRATE, staging / PAYLOAD_DIR / CRATE)
+        say("wrote the release's index page, the compare of its runs and its RO-Crate metadata")
         # the release carries its regenerator (tag files): a wheel of this code and the lock of its render stack
         build_regenerator(staging, sde=sde)
         say("built the release's regenerator (a wheel of this code and the lock of its render stack)")

@@ -83,6 +83,48 @@ def regenerate(raw_dir: Path, work: Path, *, sde: int | None = None,
 
 
 ENTRY = "evidence.release.regen:regenerate"
+RELEASE_ENTRY = "evidence.release.regen:regenerate_release"
+
+
+def regenerate_release(data_dir: Path, work: Path, *, sde: int | None = None, tag: str = "") -> dict[str, Path | Exception]:
+    """The release-level files from a payload folder (data/): data/release/ (the index page over every run,
+    compare.json when there are exactly two runs; data/release/notes.md is read, never written) into
+    work/release/, and the RO-Crate into work/crate/. Inputs: data/analysis/<id>/analysis.json (checked
+    byte for byte by regen.analysis) and data/raw/. Returns role -> output folder, or the exception."""
+    import json as _json
+
+    from evidence import __version__
+    from evidence.analysis.compare import compare_runs
+    from evidence.canon import dumps
+    from evidence.release.crate import crate_json
+    from evidence.release.layout import CRATE, NOTES, RELEASE_DIR
+    from evidence.report.index import index_entry, render_index
+
+    data_dir, work = Path(data_dir), Path(work)
+    out_r, out_c = work / "release", work / "crate"
+    out_r.mkdir(parents=True, exist_ok=True)
+    out_c.mkdir(parents=True, exist_ok=True)
+    with _source_date_epoch(sde):
+        try:
+            ids = sorted(p.name for p in (data_dir / "raw").iterdir() if p.is_dir())
+            runs = [index_entry(rid, _json.loads((data_dir / "analysis" / rid / "analysis.json").read_text(encoding="utf-8")),
+                                f"../report/{rid}/report.html") for rid in ids]
+            cmp = None
+            if len(ids) == 2:
+                cmp = _json.loads(_json.dumps(compare_runs(data_dir / "raw" / ids[0], data_dir / "raw" / ids[1])))
+                (out_r / "compare.json").write_text(dumps(cmp), encoding="utf-8")
+            notes_p = data_dir / RELEASE_DIR / NOTES
+            notes = notes_p.read_text(encoding="utf-8") if notes_p.is_file() else None
+            render_index(runs, cmp, out_r, title=tag or None, notes=notes)
+        except Exception as e:
+            return {"release": e, "crate": e}
+        try:
+            title = next((ln[2:].strip() for ln in (notes or "").splitlines() if ln.startswith("# ")), tag)
+            (out_c / CRATE).write_text(crate_json(data_dir, tag=tag, title=title, date_unix=int(sde or 0), runs=ids,
+                                                  tool_version=__version__), encoding="utf-8")
+        except Exception as e:
+            return {"release": out_r, "crate": e}
+    return {"release": out_r, "crate": out_c}
 
 # Run in a subprocess, under the regenerating environment's interpreter and code (never this process's
 # code): argv = raw_dir work sde entry. Prints JSON lines: {"step": ...} as it goes, then {"done": {role: error or null}}.
@@ -156,7 +198,45 @@ if not err:
             err["report"] = f"{type(e).__name__}: {e}"
 print(json.dumps({"done": {r: err.get(r) for r in roles}}), flush=True)
 """
+# The release-level pass, in the same kind of subprocess: argv = data_dir work sde tag entry.
+DRIVER_RELEASE = r"""
+import importlib, json, sys
+from pathlib import Path
+data, work, sde, tag, entry = sys.argv[1:6]
+mod, name = entry.split(":")
+outs = getattr(importlib.import_module(mod), name)(Path(data), Path(work), sde=int(sde) if sde else None, tag=tag)
+print(json.dumps({"done": {r: None if isinstance(v, Path) else f"{type(v).__name__}: {v}" for r, v in outs.items()}}), flush=True)
+"""
 N_STEPS = 5  # the steps each driver announces (evidence.derive.STEPS)
+
+
+def run_release_regeneration(data_dir: Path, work: Path, *, sde: int | None, tag: str, env: Any) -> dict[str, Path | Exception]:
+    """regenerate_release under `env` (the release's own code, as for the runs); role -> folder or exception."""
+    work = Path(work)
+    work.mkdir(parents=True, exist_ok=True)
+    environ = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME", "PYTHONSTARTUP")}
+    if env.pythonpath:
+        environ["PYTHONPATH"] = env.pythonpath
+    if sde is not None:
+        environ["SOURCE_DATE_EPOCH"] = str(int(sde))
+    environ["MPLBACKEND"] = "agg"
+    p = subprocess.run([env.python, "-P", "-c", DRIVER_RELEASE, str(data_dir), str(work), str(sde or ""), tag,
+                        RELEASE_ENTRY], capture_output=True, text=True, env=environ, cwd=work)
+    done = None
+    for line in p.stdout.splitlines():
+        try:
+            msg = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(msg, dict) and isinstance(msg.get("done"), dict):
+            done = msg["done"]
+    roles = ("release", "crate")
+    if done is None:
+        tail = p.stderr.strip().splitlines()[-1:] if p.stderr.strip() else []
+        why = RegenerationFailed(f"the regenerating process ({env.describe}) exited with status {p.returncode} before "
+                                 f"finishing{': ' + tail[0] if tail else ''}")
+        return {r: why for r in roles}
+    return {r: (work / r) if done.get(r) is None else RegenerationFailed(str(done[r])) for r in roles}
 
 
 class RegenerationFailed(Exception):

@@ -183,11 +183,30 @@ def _env():
                               keep_trailing_newline=True, trim_blocks=True, lstrip_blocks=True)
 
 
-def render_index(release_runs: list[dict], compare: dict | None, out: Path, *, title: str | None = None) -> list[Path]:
+def _notes_parts(notes: str | None) -> tuple[str, str]:
+    """The release notes (Markdown, the author's own words, e.g. an erratum) split at their first '## ':
+    the lead opens the page, above the figure; the rest follows the headline."""
+    if not notes or not notes.strip():
+        return "", ""
+    text = notes.strip() + "\n"
+    i = text.find("\n## ")
+    return (text, "") if i < 0 else (text[:i + 1], text[i + 1:])
+
+
+def _md_html(text: str) -> str:
+    import markdown
+
+    return markdown.markdown(text, extensions=["tables"], output_format="html") if text else ""
+
+
+def render_index(release_runs: list[dict], compare: dict | None, out: Path, *, title: str | None = None,
+                 notes: str | None = None) -> list[Path]:
     """Write index.md, index.html (figure embedded) and the figure's PNG to `out`; return their paths.
+    `notes`: the release's notes in Markdown (data/release/notes.md), shown first.
 
     Pure: the bytes depend only on the arguments (and the render stack that fixes PNG bytes)."""
     out = Path(out)
+    lead, rest = _notes_parts(notes)
     runs = list(release_runs)
     png = _overlay_png(runs)
     sections = [section("runs", "Runs", tables=[_runs_table(runs)])]
@@ -202,7 +221,8 @@ def render_index(release_runs: list[dict], compare: dict | None, out: Path, *, t
                                 appendix=True))
     ctx = {"title": title or "Release index", "n_runs": len(runs), "runs": runs, "sections": sections,
            "across": _across(runs, compare), "figure": INDEX_FIGURE if png else None,
-           "png_b64": base64.b64encode(png).decode("ascii") if png else ""}
+           "png_b64": base64.b64encode(png).decode("ascii") if png else "",
+           "notes_lead": lead, "notes_rest": rest, "notes_lead_html": _md_html(lead), "notes_rest_html": _md_html(rest)}
     env = _env()
     env.filters["mdcell"] = lambda s: str(s).replace("\\", "\\\\").replace("|", "\\|").replace("\n", " ")
     written = []

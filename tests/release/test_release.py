@@ -131,7 +131,11 @@ def test_release_content(frozen):
     # derived outputs are regenerated, stale ones never copied
     assert not any("stale.csv" in p or "old.png" in p for p in files)
     roles = {f["role"] for f in files.values()}
-    assert roles == {"raw", "analysis", "figures", "report", "provenance"}
+    assert roles == {"raw", "analysis", "figures", "report", "provenance", "release", "crate"}
+    # release level: the index page over the runs and the RO-Crate, no run of their own
+    assert {p for p, f in files.items() if f["role"] in ("release", "crate")} >= {
+        "data/release/index.html", "data/release/index.md", "data/ro-crate-metadata.json"}
+    assert all(f["run"] is None for f in files.values() if f["role"] in ("release", "crate"))
     assert f"data/report/{RUN_ID}/report.html" in files and f"data/analysis/{RUN_ID}/analysis.json" in files
     assert any(p.endswith(".png") for p in files) and any(p.endswith(".svg") for p in files)
     run = meta["runs"][0]

@@ -6,8 +6,8 @@ import io
 from pathlib import Path
 
 from evidence.release.files import FileDigest, hash_files, inventory
-from evidence.release.layout import PAYLOAD_DIR, Finding, path_key, payload_path
-from evidence.release.regen import current_render_environment
+from evidence.release.layout import CRATE, NOTES, PAYLOAD_DIR, RELEASE_DIR, RELEASE_ROLES, Finding, path_key, payload_path, role_of
+from evidence.release.regen import current_render_environment, run_release_regeneration
 from evidence.release.regenerator import RegenEnv
 from evidence.release.verify.context import CheckFn, VerifyContext, check, result
 
@@ -120,3 +120,44 @@ def _code_hint(c: VerifyContext, env: RegenEnv) -> str:
 regen_analysis = check("regen.analysis", "data/analysis/ regenerates byte for byte from data/raw")(_regen_check("analysis"))
 regen_figures = check("regen.figures", "data/figures/ regenerates byte for byte from data/raw")(_regen_check("figures"))
 regen_report = check("regen.report", "data/report/ regenerates byte for byte from data/raw")(_regen_check("report"))
+
+
+@check("regen.release", "data/release/ and the RO-Crate regenerate byte for byte from data/analysis and data/raw")
+def regen_release(c: VerifyContext):
+    if not c.regen_enabled:
+        return "skip", "regeneration not asked for (--no-regen)", []
+    if c.root is None:
+        return "skip", "no release folder", []
+    theirs = sorted((p for p in c.inv.files if (role_of(p) or ("", None))[0] in RELEASE_ROLES), key=path_key)
+    if not theirs:
+        return "skip", "the release has no release-level files (releases frozen before the index page carry none)", []
+    env, _ = c.regen_result()
+    if env.error:
+        return "fail", f"could not regenerate: {env.error}", [Finding(f"{PAYLOAD_DIR}/{RELEASE_DIR}/", "regenerated",
+                                                                      f"not regenerated: {env.error}")]
+    import tempfile
+
+    sde = ((c.meta or {}).get("freeze") or {}).get("source_date_epoch")
+    with tempfile.TemporaryDirectory(prefix="evidence-regen-release-") as td:
+        outs = run_release_regeneration(c.root / PAYLOAD_DIR, Path(td), sde=sde if isinstance(sde, int) else None,
+                                        tag=str((c.meta or {}).get("tag") or ""), env=env)
+        f: list[Finding] = []
+        mine: dict[str, Path] = {}
+        for role, out in outs.items():
+            if isinstance(out, Exception):
+                f.append(Finding(f"{PAYLOAD_DIR}/{RELEASE_DIR}/" if role == "release" else f"{PAYLOAD_DIR}/{CRATE}",
+                                 f"regenerated {role} files", f"{type(out).__name__}: {out}", "regeneration failed"))
+                continue
+            for q in sorted(out.iterdir()):
+                mine[f"{PAYLOAD_DIR}/{RELEASE_DIR}/{q.name}" if role == "release" else f"{PAYLOAD_DIR}/{q.name}"] = q
+        notes = f"{PAYLOAD_DIR}/{RELEASE_DIR}/{NOTES}"  # the author's words: an input, not regenerated
+        if not f:
+            for rp in sorted((set(mine) | set(theirs)) - {notes}, key=path_key):
+                if rp not in theirs:
+                    f.append(Finding(rp, "present (regeneration produces it)", "absent from the release"))
+                elif rp not in mine:
+                    f.append(Finding(rp, "absent (regeneration does not produce it)", "present in the release"))
+                elif (c.root / rp).read_bytes() != mine[rp].read_bytes():
+                    f.append(Finding(rp, c.sha(rp), "other bytes", "bytes differ from the regenerated file"))
+    return result(f, f"the index, compare and RO-Crate regenerate byte for byte; regenerated with {env.describe}",
+                  "{n} release-level file(s) do not regenerate" + f"; regenerated with {env.describe}")

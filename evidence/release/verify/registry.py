@@ -43,6 +43,7 @@ ORDER: tuple[CheckFn, ...] = (
     regen.regen_analysis,
     regen.regen_figures,
     regen.regen_report,
+    regen.regen_release,
 )
 
 CHECKS: dict[str, tuple[str, CheckFn]] = {fn.check_id: (fn.title, fn) for fn in ORDER}  # type: ignore[attr-defined]

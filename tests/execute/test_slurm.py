@@ -153,3 +153,13 @@ def test_a_host_whose_pins_do_not_hold_is_a_recorded_failure(cluster, tmp_path: 
     assert "accelerator" in att["error"].lower() or "gpu" in att["error"].lower(), att["error"]
     on_disk = json.loads((parent / "execution.json").read_text())
     assert on_disk["slots"]["host-1"]["attempts"][-1]["state"] == "RUN_FAILED"
+
+
+def test_debug_executor_runs_the_same_jobs_in_process(tmp_path: Path) -> None:
+    """submitit's debug executor: the same submission path, no scheduler (no cluster needed)."""
+    spec = _spec(tmp_path / "specs", "dbg")
+    parent = tmp_path / "runs" / "dbg"
+    doc = execute("replicate", host_slots(spec, 1), parent, Settings(kind="debug"), repo_root=ROOT)
+    (row,) = summary_rows(doc, parent)
+    assert row["state"] == "COMPLETED" and row["run_status"] == "complete", row
+    assert doc["executor"]["kind"] == "debug"

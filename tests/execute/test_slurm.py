@@ -130,7 +130,9 @@ def test_sweep_as_job_array_resumes_only_what_is_missing(cluster, tmp_path: Path
     rows = {r["slot"]: r for r in summary_rows(doc, parent)}
     assert rows["fast"]["run_status"] == "complete"
     assert rows["slow"]["run_status"] != "complete"
-    assert rows["slow"]["state"] == "CANCELLED", rows  # the scheduler's word, though the runner exited cleanly
+    # the scheduler's word when slurmctld has marked the job by the time it is asked, else the runner's own
+    # (scancel's SIGTERM reached it first and it stopped cleanly): either way the lost job is recorded
+    assert rows["slow"]["state"] in ("CANCELLED", "INTERRUPTED"), rows
     assert doc["slots"]["slow"]["attempts"][-1]["exit_code"] == 130
     fast_bytes = {p: p.read_bytes() for p in (parent / "fast" / "trials").rglob("*") if p.is_file()}
     # the same command again submits the missing one only, and the run resumes where it was cut

@@ -244,8 +244,8 @@ def analyze_run(run_dir: Path, out_dir: Path | None = None) -> dict:
     """Read the raw run, compute every table, write analysis.json and the CSVs; return the analysis.
 
     Beside them, when the run has them: profile.json + profile_*.csv (the diagnostic trace
-    analyses, evidence.profile_run) and anchor.json (our client against an interleaved
-    anchor client, evidence.anchor). Each is a pure function of the raw files.
+    analyses, evidence.traces.profile) and anchor.json (our client against an interleaved
+    anchor client, evidence.analysis.anchor). Each is a pure function of the raw files.
     """
     data = load_run(Path(run_dir))
     res = compute_analysis(data)

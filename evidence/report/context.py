@@ -449,7 +449,7 @@ def build_context(run_dir: Path, data: RunData, res: dict, figs: dict[str, bytes
 
 
 def _profile_sections(run_dir: Path) -> list[dict]:
-    """The article's trace analyses per profiled point (evidence.profile_run), diagnostic only."""
+    """The article's trace analyses per profiled point (evidence.traces.profile), diagnostic only."""
     from evidence.traces.profile import analyze_profile, profile_rows
 
     prof = analyze_profile(run_dir)

@@ -40,13 +40,17 @@ def comparison_line(c: dict, *, named: bool = True) -> str:
     n = st.get("n_pairs", c.get("pairs", 0))
     if not n:
         return f"{name}{verdict or 'no paired repeats'}."
-    unit = "session" if c.get("unit") == "session" else "repeat"  # the analysis pairs sessions when they differ
-    wins = f"{A} won {c.get('wins_a', st.get('wins_a', 0))} of {n} paired {unit}(s)"
+    # the wins count paired repeats; when sessions differ, the test's unit is the session (fewer, wider)
+    wins = f"{A} won {c.get('wins_a', st.get('wins_a', 0))} of {n} paired repeat(s)"
+    if c.get("unit") == "session" or st.get("unit") == "session":
+        k = st.get("n_units", c.get("n_units"))
+        wins += f"; the test's unit is the engine session{f' (n = {k})' if isinstance(k, int) else ''}"
     effect = st.get("effect", c.get("mean_diff"))
     ci = st.get("ci95")
     if isinstance(ci, (list, tuple)) and len(ci) == 2 and None not in ci:
         p = st.get("p_adjusted", st.get("p_value"))
-        ptxt = ("p (Holm) " if "p_adjusted" in st and st.get("p_adjusted") != st.get("p_value") else "p ") + "= " + _p(p)
+        ptxt = ("p (Holm) " if "p_adjusted" in st and st.get("p_adjusted") != st.get("p_value") else "p ")
+        ptxt += _p(p) if _p(p).startswith("<") else "= " + _p(p)
         mde = f"; smallest detectable {pct(st['mde'], d=1)}" if isinstance(st.get("mde"), (int, float)) else ""
         return (f"{name}{verdict}; {A} {pct(effect, signed=True, d=1)} against {B} (95% CI "
                 f"{pct(ci[0], signed=True, d=1)} to {pct(ci[1], signed=True, d=1)}; {ptxt}{mde}); {wins}.")

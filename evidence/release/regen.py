@@ -210,16 +210,22 @@ print(json.dumps({"done": {r: None if isinstance(v, Path) else f"{type(v).__name
 N_STEPS = 5  # the steps each driver announces (evidence.derive.STEPS)
 
 
-def run_release_regeneration(data_dir: Path, work: Path, *, sde: int | None, tag: str, env: Any) -> dict[str, Path | Exception]:
-    """regenerate_release under `env` (the release's own code, as for the runs); role -> folder or exception."""
-    work = Path(work)
-    work.mkdir(parents=True, exist_ok=True)
+def _child_environ(env: Any, sde: int | None) -> dict[str, str]:
+    """The regenerating subprocess's environment: the code only from env's path, the freeze's date, agg."""
     environ = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME", "PYTHONSTARTUP")}
     if env.pythonpath:
         environ["PYTHONPATH"] = env.pythonpath
     if sde is not None:
         environ["SOURCE_DATE_EPOCH"] = str(int(sde))
     environ["MPLBACKEND"] = "agg"
+    return environ
+
+
+def run_release_regeneration(data_dir: Path, work: Path, *, sde: int | None, tag: str, env: Any) -> dict[str, Path | Exception]:
+    """regenerate_release under `env` (the release's own code, as for the runs); role -> folder or exception."""
+    work = Path(work)
+    work.mkdir(parents=True, exist_ok=True)
+    environ = _child_environ(env, sde)
     p = subprocess.run([env.python, "-P", "-c", DRIVER_RELEASE, str(data_dir), str(work), str(sde or ""), tag,
                         RELEASE_ENTRY], capture_output=True, text=True, env=environ, cwd=work)
     done = None
@@ -256,12 +262,7 @@ def _run_one(rid: str, raw: Path, work: Path, sde: int | None, env: Any, phases:
     except (OSError, ReleaseError) as e:
         phases.finish(key, f"{rid}: could not start")
         return {r: e for r in DERIVED_ROLES}
-    environ = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME", "PYTHONSTARTUP")}
-    if env.pythonpath:
-        environ["PYTHONPATH"] = env.pythonpath
-    if sde is not None:
-        environ["SOURCE_DATE_EPOCH"] = str(int(sde))
-    environ["MPLBACKEND"] = "agg"
+    environ = _child_environ(env, sde)
     done: dict[str, str | None] | None = None
     with tempfile.TemporaryFile(mode="w+", encoding="utf-8", errors="replace") as errf:
         # -P: never import from the working directory; the code comes from PYTHONPATH (or the interpreter's own site)

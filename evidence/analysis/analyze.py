@@ -44,6 +44,7 @@ from typing import Any
 from evidence.analysis.caveats import caveats
 from evidence.analysis.findings import comparison_family, dominance, ordering, side_by_side
 from evidence.analysis.goodput import goodput
+from evidence.analysis.latency import attach_intervals
 from evidence.analysis.load import RunData, TrialData, load_run
 from evidence.analysis.numbers import JSON_DECIMALS, mean_of, round_floats
 from evidence.analysis.tables import CSV_DECIMALS, csv_tables, point_row, trial_row
@@ -216,6 +217,7 @@ def compute_analysis(data: RunData) -> dict:
         "goodput": goodput(data, rows, spec),
         "setup": _setup(data),
     }
+    attach_intervals(res, rows)  # points[i].latency[m]["intervals"]: 95% t interval across repeats (or sessions)
     res["ordering"] = ordering(points_l, trials_by, rows, adj, spec)
     res["caveats"] = caveats(data, res)
     res = round_floats(res)

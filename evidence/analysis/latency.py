@@ -1,0 +1,117 @@
+"""Latency against concurrency with intervals: each point's latency statistic and its 95% interval across repeats.
+
+The per-repeat statistic (a trial's p50, p99, mean... of a latency metric, computed within the trial as in
+`latency.mean_over_repeats`) is the observation; the interval is the two-sided 95% t interval of its mean
+(scipy.stats.t, n - 1 degrees of freedom) on the linear scale, so its centre equals the table's mean over repeats.
+
+The unit follows `evidence.analysis.stats`: the repeat, unless the point's trials come from two or more engine
+sessions whose means differ by more than their repeats explain (`stats.variance_components`: between-session sd
+above 0); then the session is the unit and the interval runs over the session means (repeats inside one server
+start cannot speak for the next). With fewer than 2 units there is no interval: `ci_low`/`ci_high` are null and
+`absent` says why, never a zero-width interval. A zero spread over 2 or more units is a point interval and says so.
+
+Assumption (stated in each entry's `procedure`): the per-unit statistics are roughly normal and independent. A
+t interval of a latency can reach below 0 when the spread is large; it is kept as computed (it says the low side
+is not pinned down), never clipped.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Sequence
+
+import numpy as np
+from scipy import stats as sps
+
+from evidence.analysis.stats import variance_components
+from evidence.analysis.tables import latency_stats
+
+LEVEL = 0.95
+
+METHOD = ("per point, latency metric and statistic (mean, median, percentiles): the statistic computed within each "
+          "trial, then the two-sided 95% t interval (scipy.stats.t, n - 1 df) of its mean over the units on the linear "
+          "scale. The unit is the repeat; when the point's trials span 2 or more engine sessions whose means differ "
+          "(between-session sd above 0, one-way random-effects ANOVA as in the paired test) the unit is the session "
+          "and the interval runs over the session means. Fewer than 2 units: no interval (absent, with the reason). "
+          "Assumes roughly normal, independent per-unit statistics; an interval reaching below 0 is kept as computed. "
+          "Stored as points[].latency[metric].intervals[stat]")
+
+
+def interval(values: Sequence[float], sessions: Sequence[int] | None = None, *, what: str = "statistic",
+             level: float = LEVEL) -> dict[str, Any]:
+    """The mean of per-repeat `values` and its t interval, with the unit decided as the paired test decides it.
+
+    Returns {value, ci_low, ci_high, n, unit, procedure} (+ `absent` when there is no interval, + `components`
+    when sessions were weighed, + `note`)."""
+    x = np.asarray([float(v) for v in values], dtype=float)
+    if sessions is not None and len(sessions) != len(x):
+        raise ValueError(f"{what}: {len(sessions)} session labels for {len(x)} values")
+    sess = [int(s) for s in sessions] if sessions is not None else [1] * len(x)
+    labels = sorted(set(sess))
+    unit, u, comp, note = "repeat", x, None, None
+    if len(labels) >= 2:
+        if len(x) > len(labels):
+            comp = variance_components(x, sess)
+            if comp["sd_between"] > 0:
+                unit, u = "session", np.asarray(comp["session_means"])
+                note = (f"{len(labels)} engine sessions whose means differ (between-session sd {comp['sd_between']:.4g}, "
+                        f"within {comp['sd_within']:.4g}): the session is the unit")
+            else:
+                note = f"{len(labels)} engine sessions whose means do not differ beyond the repeats' noise: the repeat is the unit"
+        else:
+            unit = "session"  # one repeat per session: the repeats are the sessions
+    n = len(u)
+    units = "repeats" if unit == "repeat" else "engine sessions (each valued by the mean of its repeats)"
+    out: dict[str, Any] = {
+        "value": float(np.mean(u)) if n else None, "ci_low": None, "ci_high": None, "n": n, "unit": unit,
+        "level": level,
+        "procedure": (f"{100 * level:g}% t interval (n - 1 df) of the mean of the per-trial {what} over {n} {units}; "
+                      "assumes roughly normal, independent units"),
+    }
+    if comp is not None:
+        out["components"] = {k: comp[k] for k in ("sessions", "repeats", "sd_within", "sd_between", "f_p")}
+    if n < 2:
+        out["absent"] = (f"{'no' if n == 0 else 'one'} measured {unit}: an interval needs at least 2 "
+                         f"{'repeats' if unit == 'repeat' else 'sessions'}")
+    else:
+        sd = float(np.std(u, ddof=1))
+        if sd == 0.0:
+            lo = hi = out["value"]
+            note = ((note + "; ") if note else "") + f"every {unit} gave the same value: zero spread, the interval is a point"
+        else:
+            lo, hi = sps.t.interval(level, n - 1, loc=out["value"], scale=sd / math.sqrt(n))
+        out["ci_low"], out["ci_high"] = float(lo), float(hi)
+    if note:
+        out["note"] = note
+    return out
+
+
+def point_intervals(point: dict, rows: dict[str, dict], percentiles: Sequence[float]) -> dict[str, dict]:
+    """metric -> stat -> interval for one point row (analysis.json's points[i]), from its trials' rows."""
+    trials = [rows[t] for t in point["trials"] if t in rows and rows[t].get("status") == "present"]
+    out: dict[str, dict] = {}
+    for m in sorted(point["latency"]):
+        per = [t for t in trials if (t.get("latency") or {}).get(m)]
+        if not per:
+            continue
+        out[m] = {}
+        for st in latency_stats(percentiles):
+            have = [t for t in per if isinstance(t["latency"][m].get(st), (int, float))]
+            out[m][st] = interval([t["latency"][m][st] for t in have], [int(t.get("session") or 1) for t in have],
+                                  what=f"{m.upper()} {st}")
+    return out
+
+
+def attach_intervals(res: dict, rows: dict[str, dict]) -> None:
+    """Add points[i].latency[m]["intervals"] (stat -> interval) and methods["latency_intervals"] to `res` in place.
+
+    A metric no trial of the point measured gets no intervals key (its mean_over_repeats is null and the point's
+    `absent` already says why)."""
+    pcts = res["spec"]["percentiles"]
+    for p in res["points"]:
+        for m, by_stat in point_intervals(p, rows, pcts).items():
+            p["latency"][m]["intervals"] = by_stat
+    res["methods"]["latency_intervals"] = METHOD
+
+
+__all__ = ["LEVEL", "METHOD", "interval", "point_intervals", "attach_intervals"]

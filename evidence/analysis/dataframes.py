@@ -1,0 +1,295 @@
+"""Every table of an analysis as a typed pandas DataFrame, and the one writer of their CSV files.
+
+`frames(res)` takes the analysis (the dict analysis.json holds, computed or read back) and gives
+each table as a DataFrame: measured quantities as float64 with NaN where a value could not be
+measured (the row's flags/absent column says why), counts as Int64 and yes/no columns as boolean
+with <NA>, text as string. Relative values are in percent (columns ending in _pct), as the CSVs
+show them. `df.attrs["kinds"]` names each column's kind, which fixes its CSV decimals
+(CSV_DECIMALS).
+
+`csv_text(df)` is the only CSV writer: fixed decimals per kind, "\\n" line ends, the frame's
+column order, no index. It formats each cell with Python's own float formatting, so the same
+frame gives the same bytes in every process, whatever the hash seed.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import pandas as pd
+
+from evidence.analysis.numbers import label
+from evidence.analysis.tables import CSV_DECIMALS, REPORTED_METRICS, UNIT_KIND, latency_stats
+from evidence.metrics import METRICS
+
+Column = tuple[str, str]  # (name, kind): a CSV_DECIMALS key, or count, text, bool, or BY_UNIT
+
+# latency_side_by_side holds tok/s and ms values in the same columns: decimals by the row's unit column
+BY_UNIT = "by_unit"
+
+
+def _series(vals: list[Any], kind: str) -> pd.Series:
+    if kind == "count":
+        return pd.Series([None if v is None else int(v) for v in vals], dtype="Int64")
+    if kind == "text":
+        return pd.Series([None if v is None else str(v) for v in vals], dtype="string")
+    if kind == "bool":
+        return pd.Series([None if v is None else bool(v) for v in vals], dtype="boolean")
+    # relative values are fractions in analysis.json and percent in the tables
+    scale = 100 if kind == "pct" else 1
+    return pd.Series([float("nan") if v is None else float(v * scale) for v in vals], dtype="float64")
+
+
+def _frame(cols: Sequence[Column], rows: Sequence[Sequence[Any]]) -> pd.DataFrame:
+    for r in rows:
+        if len(r) != len(cols):  # a table's row and header out of step is a bug, never a short row
+            raise ValueError(f"table row of {len(r)} values for {len(cols)} columns: {list(r)!r}")
+    df = pd.DataFrame({name: _series([r[i] for r in rows], kind) for i, (name, kind) in enumerate(cols)})
+    df.attrs["kinds"] = dict(cols)
+    return df
+
+
+def _cell(v: Any, kind: str) -> str:
+    if pd.isna(v):
+        return ""
+    if kind == "count":
+        return str(int(v))
+    if kind == "text":
+        return str(v)
+    if kind == "bool":
+        return "yes" if v else "no"
+    s = f"{float(v):.{CSV_DECIMALS[kind]}f}"
+    return s[1:] if s.startswith("-") and float(s) == 0 else s  # no "-0.000"
+
+
+def csv_text(df: pd.DataFrame, kinds: dict[str, str] | None = None) -> str:
+    """The CSV bytes of one table (kinds: column -> kind; default the frame's attrs["kinds"])."""
+    kinds = kinds if kinds is not None else df.attrs.get("kinds", {})
+    unknown = [c for c in df.columns if c not in kinds]
+    if unknown:
+        raise ValueError(f"no column kind (and so no CSV decimals) for {unknown}")
+
+    def cells(c: str) -> list[str]:
+        if kinds[c] == BY_UNIT:
+            return [_cell(v, UNIT_KIND.get(u, "ms")) for v, u in zip(df[c], df["unit"])]
+        return [_cell(v, kinds[c]) for v in df[c]]
+
+    text = pd.DataFrame({c: pd.Series(cells(c), dtype=object) for c in df.columns}, columns=list(df.columns))
+    return text.to_csv(index=False, lineterminator="\n")
+
+
+def csv_tables(res: dict) -> dict[str, str]:
+    """File name -> CSV text of every table of the analysis."""
+    return {f"{name}.csv": csv_text(df) for name, df in frames(res).items()}
+
+
+def _flags(xs: Sequence[str]) -> str:
+    return "; ".join(xs)
+
+
+def _labels(points: Sequence[int]) -> str:
+    return " ".join(label(q) for q in points)
+
+
+def frames(res: dict) -> dict[str, pd.DataFrame]:
+    """Table name (the CSV file's stem) -> DataFrame, for every table of the analysis `res`.
+
+    goodput is there only when the spec sets SLOs (res["goodput"]["absent"] is None).
+    """
+    stats = latency_stats(res["spec"]["percentiles"])
+    out = {"trials": _trials(res, stats), "points": _points(res), "timeseries": _timeseries(res),
+           "point_latency": _point_latency(res, stats), "comparisons": _comparisons(res), "paired": _paired(res),
+           "latency_side_by_side": _side_by_side(res), "dominance": _dominance(res), "ordering": _ordering(res),
+           "telemetry": _telemetry(res)}
+    if res["goodput"]["absent"] is None:
+        out["goodput"] = _goodput(res)
+    return dict(sorted(out.items()))
+
+
+def _trials(res: dict, stats: list[str]) -> pd.DataFrame:
+    lat_cols = [(f"{m}_{s}_ms", UNIT_KIND[METRICS[m].unit]) for m in REPORTED_METRICS for s in stats]
+    h = [("index", "count"), ("trial", "text"), ("repeat", "count"), ("point", "count"), ("position", "count"),
+         ("status", "text"), ("requests_planned", "count"), ("requests", "count"), ("completed", "count"),
+         ("failed", "count"), ("duration_s", "s"), ("output_throughput_tok_s", "tok_s"),
+         ("request_throughput_req_s", "req_s"), ("output_tokens", "count"), ("output_len_mismatches", "count"),
+         ("chunk_usage_mismatches", "count"), ("prompt_len_nominal_mean", "tokens"),
+         ("prompt_tokens_server_mean", "tokens"), ("client_cpu_util_pct", "pct"),
+         ("dispatch_lag_max_s", "s"), ("steady_throughput_tok_s", "tok_s"), ("steady_start_s", "s"),
+         ("steady_end_s", "s"), ("steady", "bool"), ("trend_rho", "frac"), ("trend_p", "p"), ("waves", "text")] \
+        + lat_cols + [("flags", "text")]
+    within = {w["trial"]: w for w in res["within"]["trials"]}
+    rows = []
+    for t in res["trials"]:
+        w = within[t["id"]]
+        st = w.get("steady") or {}
+        r = [t["index"], t["id"], t["repeat"], t["point"], t["position"], t["status"], t["requests_planned"],
+             t["requests"], t["completed"], t["failed"], t["duration_s"], t["output_throughput"],
+             t["request_throughput"], t["total_output_tokens"], t["output_len_mismatches"],
+             t["chunk_usage_mismatches"], t["prompt_len_nominal_mean"], (t["prompt_tokens_server"] or {}).get("mean"),
+             t["client_cpu_util"], t["dispatch_lag_max_s"], st.get("throughput"), st.get("start_s"), st.get("end_s"),
+             st.get("steady") if st else None, st.get("trend_rho"), st.get("trend_p"),
+             (w.get("waves") or {}).get("note", "")]
+        for m in REPORTED_METRICS:
+            d = t["latency"].get(m) or {}
+            r += [d.get(s) for s in stats]
+        r.append(_flags(t["flags"] + [f"{k}: {v}" for k, v in sorted(t["absent"].items()) if k != "trial"]))
+        rows.append(r)
+    return _frame(h, rows)
+
+
+def _points(res: dict) -> pd.DataFrame:
+    h = [("point", "count"), ("repeats_planned", "count"), ("repeats_present", "count"),
+         ("repeats_measured", "count"), ("output_throughput_mean_tok_s", "tok_s"),
+         ("output_throughput_std_tok_s", "tok_s"), ("std_kind", "text"), ("cv_pct", "pct"),
+         ("output_throughput_min_tok_s", "tok_s"), ("output_throughput_max_tok_s", "tok_s"),
+         ("rel_range_pct", "pct"), ("request_throughput_mean_req_s", "req_s"), ("requests", "count"),
+         ("completed", "count"), ("failed", "count"), ("output_len_mismatches", "count"),
+         ("chunk_usage_mismatches", "count"), ("input_len_nominal", "count"), ("prompt_tokens_server_min", "count"),
+         ("prompt_tokens_server_max", "count"), ("prompt_tokens_server_mean", "tokens"),
+         ("running_sustained_mean", "gauge"), ("waiting_sustained_mean", "gauge"),
+         ("kv_cache_usage_sustained_mean", "frac"), ("steady_throughput_mean_tok_s", "tok_s"),
+         ("steady_trials", "count"), ("wave_trials", "count"), ("regimes", "text"), ("missing_trials", "text"),
+         ("flags", "text")]
+    wp = {w["point"]: w for w in res["within"]["points"]}
+    rows = []
+    for p in res["points"]:
+        w = wp[p["point"]]
+        tp = p["output_throughput"]
+        srv = p["prompt_tokens"]["server"] or {}
+        tele = p["telemetry_sustained_mean"]
+        rows.append([p["point"], p["repeats_planned"], p["repeats_present"], p["repeats_measured"], tp["mean"],
+                     tp["std"], tp["std_kind"], tp["cv"], tp["min"], tp["max"], tp["rel_range"],
+                     p["request_throughput"]["mean"], p["requests"], p["completed"], p["failed"],
+                     p["output_len_mismatches"], p["chunk_usage_mismatches"], p["prompt_tokens"]["input_len_nominal"],
+                     srv.get("min"), srv.get("max"), srv.get("mean"), tele["running"], tele["waiting"],
+                     tele["kv_cache_usage"], w["steady_throughput_mean"], w["steady_trials"], w["wave_trials"],
+                     (w["regimes"] or {}).get("note", ""), " ".join(p["missing"]),
+                     _flags(p["flags"] + [f"{k}: {v}" for k, v in sorted(p["absent"].items())])])
+    return _frame(h, rows)
+
+
+def _timeseries(res: dict) -> pd.DataFrame:
+    h = [("trial", "text"), ("t_s", "s"), ("output_tok_s", "tok_s"), ("in_flight", "gauge"), ("running", "gauge"),
+         ("waiting", "gauge"), ("in_steady_window", "bool")]
+    rows = []
+    for w in res["within"]["trials"]:
+        if w["status"] != "present" or not w["series"]["t"]:
+            continue
+        se, st = w["series"], w["steady"]
+        n = len(se["t"])
+        rows += zip([w["trial"]] * n, se["t"], se["output_tps"], se["in_flight"], se["running"] or [None] * n,
+                    se["waiting"] or [None] * n, [st["start_s"] <= t0 < st["end_s"] for t0 in se["t"]])
+    return _frame(h, rows)
+
+
+def _point_latency(res: dict, stats: list[str]) -> pd.DataFrame:
+    h = [("point", "count"), ("metric", "text"), ("method", "text"), ("n", "count")] + \
+        [(f"{s}_ms", "ms") for s in stats] + [("flags", "text")]
+    rows = []
+    for p in res["points"]:
+        for m in REPORTED_METRICS:
+            for method, key in (("mean_over_repeats", "n_trials"), ("pooled", "n")):
+                d = p["latency"][m][method] or {}
+                rows.append([p["point"], m, method, d.get(key)] + [d.get(s) for s in stats] + [_flags(p["flags"])])
+    return _frame(h, rows)
+
+
+def _comparisons(res: dict) -> pd.DataFrame:
+    h = [("comparison", "text"), ("family", "text"), ("a", "count"), ("b", "count"), ("repeats_planned", "count"),
+         ("pairs", "count"), ("unit", "text"), ("n_units", "count"), ("wins_a", "count"), ("wins_b", "count"),
+         ("ties", "count"), ("effect_pct", "pct"), ("ci_low_pct", "pct"), ("ci_high_pct", "pct"),
+         ("p_value", "p"), ("p_adjusted", "p"), ("ci_adjusted_low_pct", "pct"), ("ci_adjusted_high_pct", "pct"),
+         ("ci_adjusted_level_pct", "pct"), ("mde_pct", "pct"), ("sign_p", "p"),
+         ("perm_p", "p"), ("verdict", "text"), ("statement", "text"), ("mean_diff_pct", "pct"),
+         ("min_diff_pct", "pct"), ("max_diff_pct", "pct"), ("a_cv_pct", "pct"), ("b_cv_pct", "pct"),
+         ("cv_kind", "text"), ("a_rel_range_pct", "pct"), ("b_rel_range_pct", "pct"), ("sessions", "count"),
+         ("sd_within_session_log", "frac"), ("sd_between_session_log", "frac"), ("test", "text"), ("flags", "text")]
+    rows = []
+    for fam, key in (("declared", "comparisons"), ("adjacent", "adjacent")):
+        for c in res[key]:
+            nz, ci, cj = c["noise"], c["ci95"] or [None, None], c["ci_adjusted"] or [None, None]
+            ss = c["sessions"] or {}
+            rows.append([c["name"], fam, c["a"], c["b"], c["repeats_planned"], c["pairs"], c["unit"], c["n_units"],
+                         c["wins_a"], c["wins_b"], c["ties"], c["effect"], ci[0], ci[1], c["p_value"],
+                         c["p_adjusted"], cj[0], cj[1], c["ci_adjusted_level"], c["mde"], c["sign_p"], c["perm_p"],
+                         c["verdict"], c["statement"], c["mean_diff"], c["min_diff"], c["max_diff"], nz["a_cv"],
+                         nz["b_cv"], nz["cv_kind"], nz["a_rel_range"], nz["b_rel_range"], ss.get("sessions"),
+                         ss.get("sd_within_log"), ss.get("sd_between_log"), c["test"], _flags(c["flags"])])
+    return _frame(h, rows)
+
+
+def _paired(res: dict) -> pd.DataFrame:
+    h = [("comparison", "text"), ("repeat", "count"), ("session", "count"), ("trial_a", "text"),
+         ("trial_b", "text"), ("a_tok_s", "tok_s"), ("b_tok_s", "tok_s"), ("diff_pct", "pct"), ("winner", "text"),
+         ("flags", "text")]
+    rows = [[c["name"], r["repeat"], r["session"], r["trial_a"], r["trial_b"], r["a"], r["b"], r["diff"],
+             r["winner"], _flags(r["flags"])] for c in res["comparisons"] for r in c["repeats"]]
+    return _frame(h, rows)
+
+
+def _side_by_side(res: dict) -> pd.DataFrame:
+    h = [("comparison", "text"), ("metric", "text"), ("stat", "text"), ("unit", "text"), ("a", BY_UNIT),
+         ("b", BY_UNIT), ("change_pct", "pct"), ("better", "text"), ("pooled_a", BY_UNIT), ("pooled_b", BY_UNIT),
+         ("pooled_change_pct", "pct"), ("flags", "text")]
+    rows = [[c["name"], r["metric"], r["stat"], r["unit"], r["a"], r["b"], r["change"], r["better"], r["pooled_a"],
+             r["pooled_b"], r["pooled_change"], _flags(r["flags"])]
+            for c in res["comparisons"] for r in c["latency_side_by_side"]]
+    return _frame(h, rows)
+
+
+def _dominance(res: dict) -> pd.DataFrame:
+    dom = res["dominance"]
+    pmap = {p["point"]: p for p in res["points"]}
+    held = {(d["dominant"], d["dominated"]): d for d in dom["pairs"]}
+    h = [("point", "count"), ("output_throughput_mean_tok_s", "tok_s"), ("dominated", "bool"),
+         ("dominated_by", "text"), ("held_in_repeats", "text"), ("verdict", "text"), ("dominates", "text"),
+         ("tied_with", "text"), ("not_compared", "text"), ("note", "text"), ("flags", "text")]
+    rows = []
+    for e in dom["points"]:
+        by = [held[(q, e["point"])] for q in e["dominated_by"]]
+        rows.append([e["point"], pmap[e["point"]]["output_throughput"]["mean"], e["dominated"],
+                     _labels(e["dominated_by"]),
+                     " ".join(f"{label(d['dominant'])}:{d['held_in_repeats']}/{d['repeats_planned']}" for d in by),
+                     " ".join(f"{label(d['dominant'])}:{d['verdict']}" for d in by), _labels(e["dominates"]),
+                     _labels(e["tied_with"]), _labels(e["not_compared"]), e.get("note", ""), _flags(e["flags"])])
+    return _frame(h, rows)
+
+
+def _ordering(res: dict) -> pd.DataFrame:
+    o = res["ordering"]
+    h = [("scope", "text"), ("statement", "text"), ("complete", "bool"), ("matches_mean", "bool")]
+    rows = [["mean", o["statement"], o["statement"] is not None, None],
+            ["supported (~: not a finding)", o["supported_statement"], o["supported_statement"] is not None, None]]
+    rows += [[f"repeat {r['repeat']}", r["statement"] or None, r["complete"], r["matches"]] for r in o["repeats"]]
+    return _frame(h, rows)
+
+
+def _telemetry(res: dict) -> pd.DataFrame:
+    h = [("trial", "text"), ("repeat", "count"), ("point", "count"), ("position", "count"), ("status", "text"),
+         ("samples", "count"), ("sample_interval_s", "s"), ("plateau_start_s", "s"), ("plateau_end_s", "s"),
+         ("running_sustained", "gauge"), ("waiting_sustained", "gauge"), ("kv_cache_usage_sustained", "frac"),
+         ("running_max", "gauge"), ("waiting_max", "gauge"), ("kv_cache_usage_max", "frac"),
+         ("generation_tokens_delta", "count"), ("prompt_tokens_delta", "count"), ("preemptions_delta", "count"),
+         ("absent", "text")]
+    rows = []
+    for t in res["telemetry"]:
+        head = [t["trial"], t["repeat"], t["point"], t["position"], t["status"]]
+        if t["status"] != "present":
+            rows.append(head + [None] * 13 + [t["absent"]])
+            continue
+        su, mx, de = t["sustained"], t["max"], t["delta"]
+        rows.append(head + [t["samples"], t["sample_interval_s"], t["plateau_s"][0], t["plateau_s"][1],
+                            su["running"], su["waiting"], su["kv_cache_usage"], mx["running"], mx["waiting"],
+                            mx["kv_cache_usage"], de["generation_tokens"], de["prompt_tokens"], de["preemptions"],
+                            _flags([f"{k}: {v}" for k, v in sorted(t["absent_keys"].items())])])
+    return _frame(h, rows)
+
+
+def _goodput(res: dict) -> pd.DataFrame:
+    h = [("trial", "text"), ("repeat", "count"), ("point", "count"), ("position", "count"), ("requests", "count"),
+         ("meeting_slos", "count"), ("undetermined", "count"), ("attainment_pct", "pct"),
+         ("goodput_req_s", "req_s"), ("flags", "text")]
+    rows = [[t["trial"], t["repeat"], t["point"], t["position"], t["requests"], t["meeting"], t["undetermined"],
+             t["attainment"], t["goodput_rps"], _flags(t["flags"] + ([t["absent"]] if t["absent"] else []))]
+            for t in res["goodput"]["trials"]]
+    return _frame(h, rows)

@@ -11,10 +11,14 @@ the render stack only, so `render_environment()` is recorded beside the files
 Figures:
   throughput_vs_concurrency  mean output throughput per point (line) with every
                              repeat visible (markers, offset per repeat), CV noted
+  latency_vs_concurrency     per latency metric: p50 and p99 (mean over repeats)
+                             against concurrency, each with its 95% interval
+                             across repeats (evidence.analysis.latency)
   latency_vs_throughput      per latency metric: (mean throughput, mean latency)
-                             and the highest percentile; dominated points marked
+                             and the highest percentile, the means joined in
+                             increasing concurrency (arrows); dominated points marked
   latency_ecdf               TTFT and TPOT distributions per point (ECDF, pooled
-                             over repeats)
+                             over repeats); log axes ticked at 1-2-5 with units
   telemetry                  running and waiting requests over time, per trial,
                              with the plateau window shaded
   throughput_over_time       per trial: output tokens/s and requests in flight
@@ -31,10 +35,12 @@ from typing import Any
 
 import matplotlib
 import numpy as np
+from matplotlib import ticker
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
 from evidence.analysis.analyze import compute_analysis
+from evidence.analysis.latency import shown_keys
 from evidence.analysis.load import RunData, load_run
 from evidence.analysis.model import Analysis
 from evidence.analysis.numbers import label
@@ -66,7 +72,10 @@ DPI = 120
 COLORS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf")
 REPEAT_MARKERS = ("o", "s", "^", "D", "v", "P", "X", "<", ">", "h")
 ECDF_MAX_POINTS = 800
-FIGURE_NAMES = ("throughput_vs_concurrency", "latency_vs_throughput", "latency_ecdf", "telemetry", "throughput_over_time")
+FIGURE_NAMES = ("throughput_vs_concurrency", "latency_vs_concurrency", "latency_vs_throughput", "latency_ecdf",
+                "telemetry", "throughput_over_time")
+LOG_SPAN = 20.0  # a latency axis turns logarithmic when its values span more than this factor
+PCT_STYLE = (("#1f77b4", "o", "-"), ("#d62728", "s", "--"))  # the lower and the higher percentile shown
 
 
 def render_environment() -> dict[str, str]:
@@ -109,6 +118,16 @@ def _log2_axis(ax, points: list[int]) -> None:
     ax.set_xticks(points)
     ax.set_xticklabels([str(p) for p in points])
     ax.minorticks_off()
+
+
+def _readable_log(axis, lo_ms: float, hi_ms: float) -> None:
+    """A log axis of milliseconds ticked at 1-2-5 steps (1, 2, 5 per decade; decades only beyond 3) with plain
+    numbers and their unit ("20 ms", "1 s"), never 10^x."""
+    axis.set_major_locator(ticker.LogLocator(base=10, subs=(1.0, 2.0, 5.0) if hi_ms / lo_ms <= 1e3 else (1.0,)))
+    axis.set_minor_locator(ticker.LogLocator(base=10, subs=tuple(range(1, 10))))
+    axis.set_minor_formatter(ticker.NullFormatter())
+    eng = ticker.EngFormatter(unit="s", sep=" ")  # values in ms shown as 500 µs, 20 ms, 1 s
+    axis.set_major_formatter(ticker.FuncFormatter(lambda v, _pos: eng(v / 1000.0)))
 
 
 # ------------------------------------------------------------------ figures ----
@@ -168,6 +187,82 @@ def _fig_throughput(res: dict) -> Figure:
     return fig
 
 
+def _fig_latency_conc(res: dict) -> Figure:
+    """Per latency metric: the lower and higher shown percentile (p50, p99) against concurrency, each point the mean
+    over repeats with its 95% interval (analysis points[].latency[m].intervals); every repeat's value as a dot."""
+    metrics = res["spec"]["latency_metrics"]
+    keys = shown_keys(res["spec"]["percentiles"])
+    pts = sorted(res["spec"]["points"])
+    n = max(1, len(metrics))
+    cols = 2 if n > 1 else 1
+    rows = (n + cols - 1) // cols
+    fig = Figure(figsize=(5.0 * cols, 3.3 * rows + 0.5), layout="constrained")
+    by_point = {p["point"]: p for p in res["points"]}
+    units = set()
+    for k, m in enumerate(metrics):
+        ax = fig.add_subplot(rows, cols, k + 1)
+        span: list[float] = []
+        step = 0.04 if len(pts) > 1 else 0.0
+        for j, key in enumerate(keys):
+            color, marker, ls = PCT_STYLE[j % len(PCT_STYLE)]
+            off = 2 ** (step * (j - (len(keys) - 1) / 2))  # the two percentiles side by side, bars apart
+            xs, ys, bars, open_pts = [], [], [], []
+            for P in pts:
+                iv = ((by_point.get(P) or {}).get("latency", {}).get(m) or {}).get("intervals", {}).get(key)
+                if not iv or iv["value"] is None:
+                    continue
+                units.add((iv["unit"], iv["n"]))
+                xs.append(P * off)
+                ys.append(iv["value"])
+                span.append(iv["value"])
+                if iv["ci_low"] is None:
+                    open_pts.append((P * off, iv["value"]))  # no bar at all: a zero-width one would claim certainty
+                else:
+                    bars.append((P * off, iv["value"], iv["value"] - iv["ci_low"], iv["ci_high"] - iv["value"]))
+                    span += [iv["ci_low"], iv["ci_high"]]
+            if not xs:
+                continue
+            ax.plot(xs, ys, color=color, ls=ls, lw=1.2, zorder=3)
+            if bars:
+                ax.errorbar([b[0] for b in bars], [b[1] for b in bars], yerr=[[b[2] for b in bars], [b[3] for b in bars]],
+                            color=color, marker=marker, ms=5, ls="none", capsize=3, elinewidth=1.0, zorder=3,
+                            label=f"{key}: mean, 95% interval")
+            if open_pts:
+                ax.scatter([o[0] for o in open_pts], [o[1] for o in open_pts], marker=marker, s=40, facecolors="white",
+                           edgecolors=color, zorder=4, label=f"{key}: fewer than 2 repeats, no interval",
+                           gid=f"no-interval-{m}-{key}")
+            tx = [t["point"] * off for t in res["trials"] if ((t.get("latency") or {}).get(m) or {}).get(key) is not None]
+            ty = [t["latency"][m][key] for t in res["trials"] if ((t.get("latency") or {}).get(m) or {}).get(key) is not None]
+            ax.scatter(tx, ty, s=9, color=color, alpha=0.4, lw=0, zorder=2)
+            span += ty
+        _log2_axis(ax, pts)
+        ax.set_xlabel("max concurrency")
+        unit = METRICS[m].unit if m in METRICS else "ms"
+        if not span:
+            ax.text(0.5, 0.5, f"no {m.upper()} measured", transform=ax.transAxes, ha="center", va="center")
+        elif min(span) > 0 and max(span) / min(span) > LOG_SPAN:
+            ax.set_yscale("log")
+            _readable_log(ax.yaxis, min(span), max(span))
+            unit = "log scale"
+        else:
+            lo_y, hi_y = min(0.0, min(span)), max(span)
+            ax.set_ylim(lo_y - 0.03 * (hi_y - lo_y) * (lo_y < 0), hi_y + 0.05 * (hi_y - lo_y or 1.0))
+            if lo_y < 0:  # a t interval reaching below 0 is drawn as computed; the line marks where latency ends
+                ax.axhline(0.0, color="#333333", lw=0.7, zorder=1)
+        ax.set_ylabel(f"{m.upper()} ({unit})")
+        ax.set_title(f"{m.upper()}: " + " and ".join(keys) + " per point (small dots: each repeat)", fontsize=8.5)
+        if span:
+            ax.legend(loc="upper left", frameon=False, fontsize=7)
+    kinds = sorted({u for u, _ in units})
+    unit_txt = "engine sessions where they differ, else repeats" if "session" in kinds else "repeats"
+    if len(units) == 1:
+        u, k = next(iter(units))
+        unit_txt = f"{k} {'engine sessions' if u == 'session' else 'repeats'} (n - 1 df)"
+    _title(fig, f"{res['spec']['name']}: latency vs concurrency; bars: 95% t interval of the mean over {unit_txt}",
+           res)
+    return fig
+
+
 def _flag_lines(res: dict) -> list[str]:
     c = res["completeness"]
     out = []
@@ -217,12 +312,31 @@ def _fig_latency_tput(res: dict) -> Figure:
                             (x, mor["mean"]), textcoords="offset points", xytext=(6, -12), fontsize=7, color="#a0201a")
             else:
                 ax.annotate(p["label"], (x, mor["mean"]), textcoords="offset points", xytext=(6, 4), fontsize=7.5)
+        path = concurrency_path(res, m)
+        if len(path) > 1:
+            # the operating curve in increasing concurrency: where latency climbs while throughput stops is the knee
+            ax.plot([q[1] for q in path], [q[2] for q in path], color="#555555", lw=0.9, zorder=1,
+                    gid=f"concurrency-path-{m}", label="concurrency increasing (arrows)")
+            for (_, x0, y0), (_, x1, y1) in zip(path, path[1:]):
+                ax.annotate("", xy=(x1, y1), xytext=(x0, y0), zorder=1,
+                            arrowprops={"arrowstyle": "-|>", "color": "#555555", "lw": 0.9, "shrinkA": 7, "shrinkB": 7,
+                                        "mutation_scale": 11})
         ax.set_xlabel(f"mean output throughput ({METRICS['output_throughput'].unit})")
         ax.set_ylabel(f"{m.upper()} ({METRICS[m].unit})")
         ax.set_title(f"{m.upper()}: mean (filled), {top or 'no percentile'} (hollow), repeats (small)", fontsize=8.5)
-    _title(fig, f"{res['spec']['name']}: latency vs throughput operating points (x = dominated on the means over "
-                "repeats; in brackets the paired verdict)", res)
+    _title(fig, f"{res['spec']['name']}: latency vs throughput, point means joined in increasing concurrency (arrows)"
+                "\nx = dominated on the means over repeats; in brackets the paired verdict", res)
     return fig
+
+
+def concurrency_path(res: dict, metric: str) -> list[tuple[int, float, float]]:
+    """(point, mean output throughput, mean latency) of every point with both measured, in increasing concurrency."""
+    out = []
+    for p in sorted(res["points"], key=lambda p: p["point"]):
+        mor = (p["latency"].get(metric) or {}).get("mean_over_repeats") or {}
+        if p["output_throughput"]["mean"] is not None and mor.get("mean") is not None:
+            out.append((p["point"], p["output_throughput"]["mean"], mor["mean"]))
+    return out
 
 
 def _ecdf_xy(samples_ms: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -254,11 +368,14 @@ def _fig_ecdf(res: dict, data: RunData) -> Figure:
             ax.step(x, y, where="post", color=_color(i), label=f"{label(P)} (n={s.size})")
             lo = float(s.min()) if lo is None else min(lo, float(s.min()))
             hi = float(s.max()) if hi is None else max(hi, float(s.max()))
-        if lo is not None and lo > 0 and hi / lo > 20:
+        unit = METRICS[m].unit
+        if lo is not None and lo > 0 and hi / lo > LOG_SPAN:
             ax.set_xscale("log")
+            _readable_log(ax.xaxis, lo, hi)
+            unit = "log scale"
         if lo is None:
             ax.text(0.5, 0.5, f"no {m.upper()} samples", transform=ax.transAxes, ha="center")
-        ax.set_xlabel(f"{m.upper()} ({METRICS[m].unit})")
+        ax.set_xlabel(f"{m.upper()} ({unit})")
         ax.set_ylabel("fraction of requests ≤ x")
         ax.set_ylim(0, 1.02)
         ax.set_title(f"{m.upper()} distribution per point (ECDF, repeats pooled)", fontsize=9)
@@ -390,22 +507,34 @@ def _wrap(text: str, width: int) -> str:
 # --------------------------------------------------------------- top level ----
 
 
+def _builders(data: RunData, res: dict) -> dict[str, Any]:
+    return {
+        "throughput_vs_concurrency": lambda: _fig_throughput(res),
+        "latency_vs_concurrency": lambda: _fig_latency_conc(res),
+        "latency_vs_throughput": lambda: _fig_latency_tput(res),
+        "latency_ecdf": lambda: _fig_ecdf(res, data),
+        "telemetry": lambda: _fig_telemetry(res, data),
+        "throughput_over_time": lambda: _fig_over_time(res),
+    }
+
+
+def build_figure(name: str, data: RunData, res: dict) -> Figure:
+    """One figure (one of FIGURE_NAMES) as a matplotlib Figure, drawn under the fixed rc settings; nothing saved."""
+    with matplotlib.rc_context():
+        matplotlib.rcdefaults()
+        matplotlib.rcParams.update(RC)
+        return _builders(data, res)[name]()
+
+
 def figure_bytes(data: RunData, res: dict) -> dict[str, bytes]:
     """File name -> bytes (PNG and SVG of every figure), in a fixed order; nothing written."""
     out: dict[str, bytes] = {}
     with matplotlib.rc_context():
         matplotlib.rcdefaults()
         matplotlib.rcParams.update(RC)
-        builders = (
-            ("throughput_vs_concurrency", lambda: _fig_throughput(res)),
-            ("latency_vs_throughput", lambda: _fig_latency_tput(res)),
-            ("latency_ecdf", lambda: _fig_ecdf(res, data)),
-            ("telemetry", lambda: _fig_telemetry(res, data)),
-            ("throughput_over_time", lambda: _fig_over_time(res)),
-        )
-        for name, build in builders:
-            fig = build()
-            png, svg = _save(fig)
+        builders = _builders(data, res)
+        for name in FIGURE_NAMES:
+            png, svg = _save(builders[name]())
             out[f"{name}.png"] = png
             out[f"{name}.svg"] = svg
     return out

@@ -25,6 +25,7 @@ from scipy import stats as sps
 
 from evidence.analysis.stats import variance_components
 from evidence.analysis.tables import latency_stats
+from evidence.metrics import pct_key
 
 LEVEL = 0.95
 
@@ -86,6 +87,14 @@ def interval(values: Sequence[float], sessions: Sequence[int] | None = None, *, 
     return out
 
 
+def shown_keys(percentiles: Sequence[float]) -> list[str]:
+    """The two percentiles a latency-vs-concurrency view shows: p50 and p99, or the spec's lowest and highest."""
+    pcts = [float(p) for p in percentiles]
+    if not pcts:
+        return []
+    return [pct_key(p) for p in ([50.0, 99.0] if 50 in pcts and 99 in pcts else sorted({min(pcts), max(pcts)}))]
+
+
 def point_intervals(point: dict, rows: dict[str, dict], percentiles: Sequence[float]) -> dict[str, dict]:
     """metric -> stat -> interval for one point row (analysis.json's points[i]), from its trials' rows."""
     trials = [rows[t] for t in point["trials"] if t in rows and rows[t].get("status") == "present"]
@@ -114,4 +123,4 @@ def attach_intervals(res: dict, rows: dict[str, dict]) -> None:
     res["methods"]["latency_intervals"] = METHOD
 
 
-__all__ = ["LEVEL", "METHOD", "interval", "point_intervals", "attach_intervals"]
+__all__ = ["LEVEL", "METHOD", "interval", "shown_keys", "point_intervals", "attach_intervals"]

@@ -41,8 +41,13 @@ from evidence.rundir import PROVENANCE_JSON, REPORT
 TEMPLATE_NAMES = ("report.md.j2", "report.html.j2")
 FIGURE_TITLES = {
     "throughput_vs_concurrency": "Output throughput vs concurrency: mean line, every repeat as a marker",
-    "latency_vs_throughput": "Latency vs throughput operating points (dominated points crossed out)",
-    "latency_ecdf": "TTFT and TPOT distributions per point (ECDF, repeats pooled)",
+    "latency_vs_concurrency": "Latency against concurrency: p50 and p99 of each metric, the mean over repeats with "
+                              "its 95% t interval (n - 1 df; the engine session as the unit when sessions differ; no "
+                              "bar below 2 units), every repeat as a dot",
+    "latency_vs_throughput": "Latency vs throughput operating points, the point means joined in increasing concurrency "
+                             "(arrows: the knee is where latency climbs while throughput stops); dominated points "
+                             "crossed out",
+    "latency_ecdf": "TTFT and TPOT distributions per point (ECDF, repeats pooled; log axes ticked 1-2-5 with units)",
     "telemetry": "Server-reported running and waiting requests over time, per trial",
     "throughput_over_time": "Output throughput and requests in flight over time, per trial, steady-state window shaded",
 }

@@ -1,4 +1,4 @@
-"""The report's reading order: the headline (verdict lines), latency against concurrency, and the collapsing
+"""The report's reading order: the headline (verdict lines), latency against concurrency (with intervals), and the collapsing
 of rows nobody can read (kernel-geometry groups with no declared meaning).
 
 Pure functions of analysis.json's dict (and of the profile rows); every string is formatted here.
@@ -8,8 +8,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from evidence.analysis.latency import shown_keys
 from evidence.analysis.numbers import label
-from evidence.metrics import METRICS, pct_key
+from evidence.metrics import METRICS
 from evidence.report.format import num, pct, table
 
 HEADLINE_LINES = 5  # "the verdicts in about five lines"; the rest are in the Paired comparisons section
@@ -92,33 +93,36 @@ def verdict_lines(res: dict, limit: int = HEADLINE_LINES) -> list[str]:
 
 
 def latency_concurrency_table(res: dict) -> dict:
-    """p50 and p99 (or the spec's lowest and highest percentile) of each latency metric, per point."""
-    pcts = list(res["spec"]["percentiles"])
-    keys = [pct_key(p) for p in ([50.0, 99.0] if 50 in pcts and 99 in pcts else sorted({min(pcts), max(pcts)}))]
+    """p50 and p99 (or the spec's lowest and highest percentile) of each latency metric per point, each with its
+    95% interval across repeats (analysis points[].latency[m].intervals, evidence.analysis.latency)."""
+    keys = shown_keys(res["spec"]["percentiles"])
     metrics = list(res["spec"]["latency_metrics"])
-    by_point: dict[int, list[dict]] = {}
-    for t in res["trials"]:
-        if t.get("status") == "present" and t.get("latency"):
-            by_point.setdefault(t["point"], []).append(t)
-    rows = []
+    rows, units = [], set()
     for p in res["points"]:
         row = [p["label"], num(p["repeats_measured"])]
         for m in metrics:
-            mean = (p["latency"].get(m) or {}).get("mean_over_repeats") or {}
+            ivs = (p["latency"].get(m) or {}).get("intervals") or {}
             for k in keys:
-                vals = [t["latency"][m][k] for t in by_point.get(p["point"], [])
-                        if isinstance((t["latency"].get(m) or {}).get(k), (int, float))]
-                rng = f" ({num(min(vals), 1)}-{num(max(vals), 1)})" if len(vals) > 1 else ""
-                row.append(num(mean.get(k), 1) + rng if mean.get(k) is not None else "n/a")
+                iv = ivs.get(k)
+                if not iv or iv.get("value") is None:
+                    row.append("n/a")
+                    continue
+                units.add(iv["unit"])
+                ci = (f" ({num(iv['ci_low'], 1)} to {num(iv['ci_high'], 1)})" if iv.get("ci_low") is not None
+                      else f" (no interval: n = {iv['n']})")
+                row.append(num(iv["value"], 1) + ci)
         rows.append(row)
     headers = ["point", "repeats"] + [f"{m.upper()} {k} ({METRICS[m].unit if m in METRICS else 'ms'})"
                                       for m in metrics for k in keys]
-    return table("Latency against concurrency: each trial's percentile, mean over repeats (lowest-highest trial)",
+    unit = ("the engine session when the point's sessions differ (between-session sd above 0), else the repeat"
+            if "session" in units else "the repeat")
+    return table("Latency against concurrency: each trial's percentile, mean over repeats (95% interval)",
                  headers, rows, "lr" + "r" * (len(headers) - 2),
-                 "Each cell is the mean over repeats of the per-trial percentile; in parentheses the lowest and the "
-                 "highest trial, the run-to-run range (not a confidence interval). TTFT = time to first token; TPOT = "
-                 "time per output token after the first; ITL = gap between streamed chunks; E2EL = whole request. "
-                 "All repeats pooled, and every other statistic, are in the latency distribution tables below.")
+                 "Each cell is the mean over repeats of the per-trial percentile; in parentheses its 95% t interval "
+                 f"(n - 1 df) across repeats, the unit being {unit}; with fewer than 2 units there is no interval. "
+                 "The figure above shows the same numbers with every repeat as a dot. TTFT = time to first token; "
+                 "TPOT = time per output token after the first; ITL = gap between streamed chunks; E2EL = whole "
+                 "request. All repeats pooled, and every other statistic, are in the latency distribution tables below.")
 
 
 def geometry_rows(rows: list[dict]) -> tuple[list[list], int]:

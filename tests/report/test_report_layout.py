@@ -21,8 +21,9 @@ from evidence.analysis.analyze import compute_analysis  # noqa: E402
 from evidence.analysis.load import load_run  # noqa: E402
 from evidence.canon import write_json  # noqa: E402
 from evidence.figures import FIGURE_NAMES  # noqa: E402
-from evidence.report.context import render_report  # noqa: E402
-from evidence.report.layout import comparison_line, geometry_rows, verdict_lines  # noqa: E402
+from evidence.report.context import FIGURE_TITLES, render_report  # noqa: E402
+from evidence.report.layout import (comparison_line, geometry_rows, latency_concurrency_table,  # noqa: E402
+                                    verdict_lines)
 
 FAKE = {f"{n}.{ext}": f"{n}-{ext}".encode() for n in FIGURE_NAMES for ext in ("png", "svg")}
 
@@ -150,7 +151,40 @@ def test_columns_explained(page: dict) -> None:
     md = page["md"]
     assert "chunk != usage count: completed requests whose number of streamed chunks differs" in md
     assert "len. mism.: completed requests whose usage.completion_tokens differs from max_tokens" in md
-    assert "in parentheses the lowest and the highest trial" in md
+    assert "in parentheses its 95% t interval (n - 1 df) across repeats" in md
+
+
+def test_reading_order_after_the_headline(page: dict) -> None:
+    """Headline; then latency against concurrency (its figure before its table), the time series, the
+    throughput-latency curve, the distributions; no table before the latency figure."""
+    ev = outline(page["html"])
+    sections = [e[1] for e in ev if e[0] == "section" and e[1] != "headline"]
+    assert sections[:4] == ["latency", "timeseries", "tradeoff", "distributions"]
+    imgs = [e[1] for e in ev if e[0] == "img"]
+    order = [imgs.index(FIGURE_TITLES[n] + "") for n in ("throughput_vs_concurrency", "latency_vs_concurrency",
+                                                         "latency_vs_throughput", "latency_ecdf")]
+    assert order == sorted(order) and order[:2] == [0, 1]
+    lat_fig = next(i for i, e in enumerate(ev) if e[0] == "img" and e[1] == FIGURE_TITLES["latency_vs_concurrency"])
+    first_table = next(i for i, e in enumerate(ev) if e[0] == "table")
+    assert lat_fig < first_table
+    sec = [i for i, e in enumerate(ev) if e[0] == "section" and e[1] == "latency"][0]
+    assert [e[0] for e in ev[sec + 1: sec + 4]] == ["h2", "figure", "img"], ev[sec: sec + 5]
+    # every open section with a figure shows it before its tables
+    bounds = [i for i, e in enumerate(ev) if e[0] in ("section", "details")] + [len(ev)]
+    for a, b in zip(bounds, bounds[1:]):
+        kinds = [e[0] for e in ev[a:b]]
+        if "figure" in kinds and "table" in kinds and ev[a][0] == "section":
+            assert kinds.index("figure") < kinds.index("table"), ev[a]
+    md = page["md"]
+    assert md.index("](../figures/latency_vs_concurrency.png)") < md.index("**Latency against concurrency: each trial")
+
+
+def test_latency_table_carries_the_intervals(page: dict) -> None:
+    t = latency_concurrency_table(page["res"])
+    assert t["headers"][:4] == ["point", "repeats", "TTFT p50 (ms)", "TTFT p99 (ms)"]
+    iv = next(p for p in page["res"]["points"] if p["point"] == 4)["latency"]["ttft"]["intervals"]["p99"]
+    row = next(r for r in t["rows"] if r[0] == "C4")
+    assert row[3] == f"{iv['value']:,.1f} ({iv['ci_low']:,.1f} to {iv['ci_high']:,.1f})"
 
 
 def test_verdict_lines_short_and_carry_the_interval() -> None:

@@ -18,9 +18,10 @@ import ctypes
 import os
 import sqlite3
 import sys
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, Sequence
+from threading import Lock
+from typing import Any, Callable, Sequence
 from urllib.parse import quote
 
 import numpy as np
@@ -55,7 +56,7 @@ _NSYS_KERNEL_NUMERIC = (
     ("short_id", "shortName", False),
     ("mangled_id", "mangledName", False),
 )
-_ROWS_PER_READ = 1 << 14  # kernel rows per Arrow read: bounds the memory in flight (~300 bytes a row)
+_ROWS_PER_READ = 1 << 15  # kernel rows per Arrow read: bounds the memory in flight (~300 bytes a row)
 _WORKERS = 2  # threads reading slices: two already overlap SQLite's work with numpy's
 _WIDE_IDS = 2**31 - 2  # string ids above this do not fit the int32 code arrays they pass through
 
@@ -79,9 +80,9 @@ class _Reader:
     """Integer columns of one SQLite file as numpy arrays, read through connectorx into Arrow.
 
     sqlite3 builds a Python object per fetched value, which was nearly all of the
-    cost of an ingest; connectorx reads in Rust straight into Arrow buffers, and
-    numpy takes those buffers without a copy. NULL becomes -1, as everywhere in
-    the kernel table.
+    cost of an ingest; connectorx reads in Rust straight into Arrow buffers (with
+    the GIL released, so two slices read at once), and numpy takes those buffers
+    without a copy. NULL becomes -1, as everywhere in the kernel table.
     """
 
     def __init__(self, path: Path) -> None:
@@ -96,30 +97,42 @@ class _Reader:
         self._cx, self._int64, self._null = connectorx, pyarrow.int64(), pyarrow.null()
         self.url = "sqlite://" + quote(str(path.resolve()))  # connectorx reads the path from a URL
 
-    def read(self, sql: str) -> list[np.ndarray]:
+    def read(self, sql: str) -> tuple[list[np.ndarray], dict[int, np.ndarray]]:
+        """The columns (read-only where no NULL was replaced), and for those that held NULLs, where."""
         try:
             t = self._cx.read_sql(self.url, sql, return_type="arrow")
         except Exception as e:  # connectorx raises plain RuntimeError/ValueError from Rust
             raise sqlite3.DatabaseError(str(e).splitlines()[0] if str(e) else type(e).__name__) from None
-        return [self._column(t.schema.field(i).name, col) for i, col in enumerate(t.columns)]
+        cols, nulls = [], {}
+        for i, col in enumerate(t.columns):
+            v, null = self._column(t.schema.field(i).name, col)
+            cols.append(v)
+            if null is not None:
+                nulls[i] = null
+        return cols, nulls
 
-    def _column(self, name: str, col) -> np.ndarray:
+    def _column(self, name: str, col) -> tuple[np.ndarray, np.ndarray | None]:
         if col.type.equals(self._null) or col.null_count == len(col):
-            return np.full(len(col), -1, np.int64)
+            return np.full(len(col), -1, np.int64), np.ones(len(col), bool)
         if not col.type.equals(self._int64):
             raise sqlite3.DatabaseError(f"column {name} holds {col.type} values, not integers")
-        if not col.null_count:
-            return col.to_numpy()
-        parts = []
+        # The buffers straight into numpy: pyarrow's own to_numpy imports pandas (0.4 s) on first use.
+        parts, null_parts = [], []
         for chunk in col.chunks:  # NULLs: the validity bitmap, unpacked by numpy (no pyarrow.compute)
             valid_buf, data_buf = chunk.buffers()
             off, n = chunk.offset, len(chunk)
-            v = np.frombuffer(data_buf, np.int64, count=off + n)[off:].copy()
-            if valid_buf is not None:
-                bits = np.unpackbits(np.frombuffer(valid_buf, np.uint8), count=off + n, bitorder="little")[off:]
-                v[bits == 0] = -1
+            if not n:
+                continue
+            v = np.frombuffer(data_buf, np.int64, count=off + n)[off:]
+            null = np.zeros(n, bool)
+            if valid_buf is not None and chunk.null_count:
+                null = np.unpackbits(np.frombuffer(valid_buf, np.uint8), count=off + n, bitorder="little")[off:] == 0
+                v = np.where(null, -1, v)
             parts.append(v)
-        return np.concatenate(parts) if len(parts) != 1 else parts[0]
+            null_parts.append(null)
+        if not col.null_count:
+            return (np.concatenate(parts) if len(parts) != 1 else parts[0]), None
+        return np.concatenate(parts), np.concatenate(null_parts)
 
 
 class _Launches:
@@ -141,29 +154,38 @@ class _Launches:
             gpid[gtid < 0] = -1
         self.corr_only = corr_only
         self.procs = np.unique(gpid)
-        key = np.searchsorted(self.procs, gpid)
+        key = np.searchsorted(self.procs, gpid) if len(self.procs) > 1 else np.zeros_like(gpid)
         del gpid
         key <<= 32
         corr &= 0xFFFFFFFF
         key |= corr
         del corr
-        order = np.argsort(key, kind="stable")  # first runtime row wins on duplicates
-        self.keys = key[order]
-        del key
-        sorted_cols = []
-        while len(cols) > 1:
-            sorted_cols.append(cols.pop()[order])  # one column copied at a time
+        n = len(key)
+        # nsys appends launch calls as they happen, so keys usually already ascend: no sort, no copies.
+        if n < 2 or bool((key[1:] > key[:-1]).all()):
+            self.keys = key
+            self.gtid, self.name_id, self.start = cols[1], cols[2], cols[3]
+            first = None
+        else:
+            order = np.argsort(key, kind="stable")  # first runtime row wins on duplicates
+            self.keys = key[order]
+            del key
+            sorted_cols = []
+            while len(cols) > 1:
+                sorted_cols.append(cols.pop()[order])  # one column copied at a time
+            self.start, self.name_id, self.gtid = sorted_cols
+            first = np.ones(n, bool)
+            first[1:] = self.keys[1:] != self.keys[:-1]
         cols.clear()
-        self.start, self.name_id, self.gtid = sorted_cols
         # One process with compact correlation ids (the usual case): a direct lookup table,
         # cheaper than a binary search per kernel. It holds each key's first row.
         self.lut = None
-        n = len(self.keys)
         if len(self.procs) == 1 and n and int(self.keys[-1]) < 4 * n + (1 << 20):
-            first = np.ones(n, bool)
-            first[1:] = self.keys[1:] != self.keys[:-1]
             self.lut = np.full(int(self.keys[-1]) + 1, -1, np.int64)
-            self.lut[self.keys[first]] = np.flatnonzero(first)
+            if first is None:
+                self.lut[self.keys] = np.arange(n)
+            else:
+                self.lut[self.keys[first]] = np.flatnonzero(first)
 
     def match(self, k_corr: np.ndarray, k_gpid: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(hit, index into the sorted runtime rows) for each kernel."""
@@ -251,6 +273,7 @@ def _return_freed_memory() -> None:
 
 
 def _load_nsys(con: sqlite3.Connection, p: Path, tables: set[str]) -> Trace:
+    nvtx_notes: list[str] = []
     notes: list[str] = []
     meta: dict[str, Any] = {"format": "nsys-sqlite"}
     if "META_DATA_EXPORT" in tables:
@@ -270,15 +293,14 @@ def _load_nsys(con: sqlite3.Connection, p: Path, tables: set[str]) -> Trace:
             "(or an unsupported schema). Export with `nsys export --type sqlite`."
         )
 
-    ranges = _load_nvtx(con, tables, notes)
-    steps = steps_from_ranges(ranges)
-
     if "CUPTI_ACTIVITY_KIND_KERNEL" not in tables:
-        notes.append(
+        ranges = _load_nvtx(con, tables, nvtx_notes)
+        nvtx_notes.append(
             "no GPU kernels: the export has no CUPTI_ACTIVITY_KIND_KERNEL table (CUDA tracing off, "
             "or a CPU-only run); the kernel table is empty."
         )
-        return Trace(str(p), "nsys-sqlite", KernelTable.empty("nsys"), steps, ranges, notes, meta)
+        return Trace(str(p), "nsys-sqlite", KernelTable.empty("nsys"), steps_from_ranges(ranges), ranges, nvtx_notes,
+                     meta)
 
     have = _table_columns(con, "CUPTI_ACTIVITY_KIND_KERNEL")
     missing_required = [c for key, c, req in _NSYS_KERNEL_NUMERIC if req and c not in have]
@@ -296,11 +318,17 @@ def _load_nsys(con: sqlite3.Connection, p: Path, tables: set[str]) -> Trace:
     nrows = con.execute("SELECT COUNT(*) FROM CUPTI_ACTIVITY_KIND_KERNEL").fetchone()[0]
     reader = _Reader(p)
     rt_notes: list[str] = []
-    launches = _runtime(con, reader, tables, have, nrows, rt_notes)
-    kt, unmatched = _read_kernels(con, reader, have, nrows, launches)
+    runtime = _runtime_plan(con, tables, have, nrows, rt_notes)
+    nvtx: dict[str, Any] = {}
+
+    def main_thread_share() -> None:  # the NVTX ranges and steps (Python objects) while the slices are read
+        nvtx["ranges"] = _load_nvtx(con, tables, nvtx_notes)
+        nvtx["steps"] = steps_from_ranges(nvtx["ranges"])
+
+    kt, unmatched = _read_kernels(con, reader, have, nrows, runtime, main_thread_share)
     if unmatched:
         rt_notes.append(f"{unmatched} kernel(s) have no matching runtime launch call (launch_api empty).")
-    notes += rt_notes
+    notes = nvtx_notes + notes + rt_notes
     if nrows == 0:
         notes.append("no GPU kernels: CUPTI_ACTIVITY_KIND_KERNEL is empty; the kernel table is empty.")
     elif not kt["is_graph"].any() and "CUPTI_ACTIVITY_KIND_GRAPH_TRACE" in tables:
@@ -308,12 +336,13 @@ def _load_nsys(con: sqlite3.Connection, p: Path, tables: set[str]) -> Trace:
             "CUDA graphs were traced whole (CUPTI_ACTIVITY_KIND_GRAPH_TRACE present, no graph node rows): "
             "replayed kernels are missing; profile with --cuda-graph-trace=node for per-kernel analysis."
         )
-    return Trace(str(p), "nsys-sqlite", kt, steps, ranges, notes, meta)
+    return Trace(str(p), "nsys-sqlite", kt, nvtx["steps"], nvtx["ranges"], notes, meta)
 
 
-def _runtime(con: sqlite3.Connection, reader: _Reader, tables: set[str], have: set[str], nrows: int,
-             notes: list[str]) -> _Launches | None:
-    """The runtime launch calls, ready for the join (None, with a note, where they cannot be joined)."""
+def _runtime_plan(con: sqlite3.Connection, tables: set[str], have: set[str], nrows: int,
+                  notes: list[str]) -> tuple[str, list[tuple[str, int, int]], int, bool] | None:
+    """How to read the runtime launch calls for the join: (query, slices, rows, join on correlation ids
+    alone); None, with a note, where they cannot be joined."""
     if "CUPTI_ACTIVITY_KIND_RUNTIME" not in tables:
         if nrows:
             notes.append("no CUPTI_ACTIVITY_KIND_RUNTIME table: launch APIs, threads and launch times unknown.")
@@ -326,16 +355,22 @@ def _runtime(con: sqlite3.Connection, reader: _Reader, tables: set[str], have: s
         return None
     gtid = '"globalTid"' if "globalTid" in rcols else "-1"
     nrt = con.execute("SELECT COUNT(*) FROM CUPTI_ACTIVITY_KIND_RUNTIME").fetchone()[0]
+    # Without any kernel globalPid the join falls back to correlation ids alone.
+    corr_only = "globalPid" not in have or con.execute(
+        'SELECT 1 FROM CUPTI_ACTIVITY_KIND_KERNEL WHERE "globalPid" >= 0 LIMIT 1').fetchone() is None
+    sql = f'SELECT "correlationId", {gtid}, "nameId", "start" FROM CUPTI_ACTIVITY_KIND_RUNTIME'
+    return sql, _slices(con, "CUPTI_ACTIVITY_KIND_RUNTIME", nrt), nrt, corr_only
+
+
+def _read_runtime(reader: _Reader, plan: tuple[str, list[tuple[str, int, int]], int, bool]) -> _Launches:
+    sql, slices, nrt, corr_only = plan
     cols = [np.empty(nrt, np.int64) for _ in range(4)]  # correlationId, globalTid, nameId, start
-    for where, pos, k in _slices(con, "CUPTI_ACTIVITY_KIND_RUNTIME", nrt):
-        got = reader.read(f'SELECT "correlationId", {gtid}, "nameId", "start" FROM CUPTI_ACTIVITY_KIND_RUNTIME{where}')
+    for where, pos, k in slices:
+        got, _ = reader.read(sql + where)
         if len(got[0]) != k:
             raise sqlite3.DatabaseError("the runtime table changed while it was read")
         for out, col in zip(cols, got):
             out[pos:pos + k] = col
-    # Without any kernel globalPid the join falls back to correlation ids alone.
-    corr_only = "globalPid" not in have or con.execute(
-        'SELECT 1 FROM CUPTI_ACTIVITY_KIND_KERNEL WHERE "globalPid" >= 0 LIMIT 1').fetchone() is None
     return _Launches(cols, corr_only)
 
 
@@ -359,54 +394,65 @@ def _slices(con: sqlite3.Connection, table: str, nrows: int) -> list[tuple[str, 
 
 
 def _read_kernels(con: sqlite3.Connection, reader: _Reader, have: set[str], nrows: int,
-                  launches: _Launches | None) -> tuple[KernelTable, int]:
+                  runtime: tuple | None, main_thread_share: Callable[[], None]) -> tuple[KernelTable, int]:
     """The kernel table, read a slice of rowids at a time straight into its final arrays, on up to
-    two threads (connectorx and numpy release the GIL). Peak memory: the table plus the slices in
+    two threads (connectorx and numpy release the GIL): this one and a helper that first reads the
+    runtime table; this one first runs main_thread_share. Peak memory: the table plus the slices in
     flight. Returns it and the count of kernels with no launch call."""
     n = nrows
-    # Columns every slice writes whole start empty; the rest start as -1 (missing).
-    whole = {"start_ns", "end_ns", "smem_bytes", "pid", "graph_id", "graph_node_id"}
+    # (output key, SQL expression) for each column read; optional columns the export lacks stay -1.
+    exprs = {"start_ns": '"start"', "end_ns": '"end"'}
+    for key, c, _ in _NSYS_KERNEL_NUMERIC[2:]:
+        if c in have and key not in ("name_id", "short_id", "mangled_id"):
+            exprs[key] = f'"{c}"'
+    # Names: demangled if the export has it, else mangled, else short.
+    names = [f'"{c}"' for c in ("demangledName", "mangledName", "shortName") if c in have]
+    exprs["name_id"] = f"COALESCE({', '.join(names)}, -1)"
+    if "shortName" in have:
+        exprs["short_id"] = '"shortName"'
+    sql = f"SELECT {', '.join(exprs.values())} FROM CUPTI_ACTIVITY_KIND_KERNEL"
+    direct = [k for k in ("start_ns", "device", "stream", "corr_id", "grid_x", "grid_y", "grid_z", "block_x",
+                          "block_y", "block_z", "regs") if k in exprs]
+    smem_read = "smem_static" in exprs or "smem_dynamic" in exprs
+    # Arrays every slice writes whole start empty; the rest -1 (missing).
+    whole = set(direct) | {"end_ns", "pid", "graph_id", "graph_node_id"} | ({"smem_bytes"} if smem_read else set())
     num = {c: np.empty(n, dt) if c in whole else np.full(n, -1, dt)
            for c, dt in NUMERIC_COLUMNS.items() if c != "is_graph"}
     wide = (con.execute("SELECT MAX(id) FROM StringIds").fetchone()[0] or 0) > _WIDE_IDS
     id_type = np.int64 if wide else np.int32  # ids + 1 pass through the code arrays
     name1 = np.empty(n, id_type)
     short1, api1 = np.zeros(n, id_type), np.zeros(n, id_type)
-    # end is read as the duration so a NULL end gives start - 1, as before; names: demangled if the
-    # export has it, else mangled, else short.
-    exprs = {"start_ns": '"start"', "dur": '"end" - "start"'}
-    for key, c, _ in _NSYS_KERNEL_NUMERIC[2:]:
-        if c in have and key not in ("name_id", "short_id", "mangled_id"):
-            exprs[key] = f'"{c}"'
-    names = [f'"{c}"' for c in ("demangledName", "mangledName", "shortName") if c in have]
-    exprs["name_id"] = f"COALESCE({', '.join(names)}, -1)"
-    if "shortName" in have:
-        exprs["short_id"] = '"shortName"'
-    select = ", ".join(exprs.values())
+    end_at = list(exprs).index("end_ns")
     missing = np.full(_ROWS_PER_READ, -1, np.int64)
+    launches: Future = Future()
 
     def one(where: str, pos: int, k: int) -> int:
-        got = dict(zip(exprs, reader.read(f"SELECT {select} FROM CUPTI_ACTIVITY_KIND_KERNEL{where}")))
-        if len(got["start_ns"]) != k:
+        cols, nulls = reader.read(sql + where)
+        if len(cols[0]) != k:
             raise sqlite3.DatabaseError("the kernel table changed while it was read")
+        got = dict(zip(exprs, cols))
         sl = slice(pos, pos + k)
         none = missing[:k] if k <= len(missing) else np.full(k, -1, np.int64)
-        for key in ("start_ns", "device", "stream", "corr_id", "grid_x", "grid_y", "grid_z", "block_x", "block_y",
-                    "block_z", "regs"):
-            if key in got:
-                if key in NARROWED:
-                    check_fits(key, got[key])
-                num[key][sl] = got[key]
-        np.add(got["start_ns"], got["dur"], out=num["end_ns"][sl])
-        static, dynamic = got.get("smem_static", none), got.get("smem_dynamic", none)
-        smem = num["smem_bytes"][sl]
-        total = np.maximum(static, 0) + np.maximum(dynamic, 0)
-        check_fits("smem_bytes", total)
-        smem[:] = total
-        smem[(static < 0) & (dynamic < 0)] = -1
+        for key in direct:
+            if key in NARROWED:
+                check_fits(key, got[key])
+            num[key][sl] = got[key]
+        end = num["end_ns"][sl]
+        end[:] = got["end_ns"]
+        if end_at in nulls:  # no end: one before the start, so the kernel has no duration
+            end[nulls[end_at]] = got["start_ns"][nulls[end_at]] - 1
+        if smem_read:
+            static, dynamic = got.get("smem_static", none), got.get("smem_dynamic", none)
+            total = np.maximum(static, 0)
+            total += np.maximum(dynamic, 0)
+            check_fits("smem_bytes", total)
+            smem = num["smem_bytes"][sl]
+            smem[:] = total
+            smem[(static < 0) & (dynamic < 0)] = -1
         for key in ("graph_id", "graph_node_id"):
-            g = got.get(key, none)
-            np.copyto(num[key][sl], np.where(g > 0, g, -1))
+            out, g = num[key][sl], got.get(key, none)
+            out[:] = g
+            out[g <= 0] = -1
         np.add(got["name_id"], 1, out=name1[sl], casting="unsafe")
         if "short_id" in got:
             np.add(got["short_id"], 1, out=short1[sl], casting="unsafe")
@@ -414,24 +460,51 @@ def _read_kernels(con: sqlite3.Connection, reader: _Reader, have: set[str], nrow
         has_pid = gpid >= 0
         pid = num["pid"][sl]
         np.copyto(pid, np.where(has_pid, (gpid >> 24) & 0xFFFFFF, -1))
-        if launches is None:
+        rt = launches.result()
+        if rt is None:
             return 0
-        hit, at = launches.match(got.get("corr_id", none), gpid)
+        hit, at = rt.match(got.get("corr_id", none), gpid)
         at = at[hit]
-        gt = launches.gtid[at]
+        gt = rt.gtid[at]
         num["tid"][sl][hit] = np.where(gt >= 0, gt & 0xFFFFFF, -1)
         pid[hit & ~has_pid] = np.where(gt >= 0, (gt >> 24) & 0xFFFFFF, -1)[~has_pid[hit]]
-        num["launch_ns"][sl][hit] = launches.start[at]
-        api1[sl][hit] = launches.name_id[at] + 1
+        num["launch_ns"][sl][hit] = rt.start[at]
+        api1[sl][hit] = rt.name_id[at] + 1
         return int(k - len(at))
 
-    slices = _slices(con, "CUPTI_ACTIVITY_KIND_KERNEL", n)
-    workers = min(_WORKERS, os.cpu_count() or 1, len(slices))
-    # This thread takes its share too: its malloc arena already holds the runtime phase's freed memory.
-    with ThreadPoolExecutor(max(workers - 1, 1)) as ex:
-        helped = [ex.submit(one, *sl) for k, sl in enumerate(slices) if k % workers]
-        unmatched = sum(one(*sl) for k, sl in enumerate(slices) if not k % workers)
-        unmatched += sum(f.result() for f in helped)
+    def read_runtime() -> None:
+        try:
+            launches.set_result(_read_runtime(reader, runtime) if runtime else None)
+        except BaseException as e:  # the slices waiting for the join raise it
+            launches.set_exception(e)
+            raise
+
+    todo = iter(_slices(con, "CUPTI_ACTIVITY_KIND_KERNEL", n))
+    lock = Lock()
+
+    def drain() -> int:  # slices until none is left, shared by both threads
+        unmatched = 0
+        while True:
+            with lock:
+                sl = next(todo, None)
+            if sl is None:
+                return unmatched
+            unmatched += one(*sl)
+
+    if min(_WORKERS, os.cpu_count() or 1) > 1:
+        with ThreadPoolExecutor(1) as ex:
+            helper = ex.submit(lambda: (read_runtime(), drain())[1])
+            try:
+                main_thread_share()
+                unmatched = drain()
+            except BaseException:
+                todo = iter(())  # the helper takes no further slice
+                raise
+            unmatched += helper.result()
+    else:
+        read_runtime()
+        main_thread_share()
+        unmatched = drain()
 
     used = _used_ids(name1)
     name_cats = _to_codes(name1, used, _strings_for(con, used - 1))
@@ -445,7 +518,7 @@ def _read_kernels(con: sqlite3.Connection, reader: _Reader, have: set[str], nrow
         idx = {v: i for i, v in enumerate(short_cats)}
         remap = np.array([idx[short_map[c]] for c in name_cats], dtype=np.int32)
         short1 = remap[name1]
-    if launches is not None:
+    if runtime is not None:
         used_a = _used_ids(api1)
         launch_cats = _to_codes(api1, used_a, _strings_for(con, used_a - 1), normalize_launch_api)
     else:

@@ -99,7 +99,8 @@ def latency_concurrency_table(res: dict) -> dict:
     metrics = list(res["spec"]["latency_metrics"])
     rows, units = [], set()
     for p in res["points"]:
-        row = [p["label"], num(p["repeats_measured"])]
+        row = [p["label"], num(p["repeats_measured"]), ""]
+        over = set()
         for m in metrics:
             ivs = (p["latency"].get(m) or {}).get("intervals") or {}
             for k in keys:
@@ -108,16 +109,19 @@ def latency_concurrency_table(res: dict) -> dict:
                     row.append("n/a")
                     continue
                 units.add(iv["unit"])
+                over.add(f"{iv['n']} {'engine session' if iv['unit'] == 'session' else 'repeat'}"
+                         + ("s" if iv["n"] != 1 else ""))
                 ci = (f" ({num(iv['ci_low'], 1)} to {num(iv['ci_high'], 1)})" if iv.get("ci_low") is not None
                       else f" (no interval: n = {iv['n']})")
                 row.append(num(iv["value"], 1) + ci)
+        row[2] = ", ".join(sorted(over)) or "n/a"  # the interval's n: what its t has n - 1 df over
         rows.append(row)
-    headers = ["point", "repeats"] + [f"{m.upper()} {k} ({METRICS[m].unit if m in METRICS else 'ms'})"
+    headers = ["point", "repeats", "interval over"] + [f"{m.upper()} {k} ({METRICS[m].unit if m in METRICS else 'ms'})"
                                       for m in metrics for k in keys]
     unit = ("the engine session when the point's sessions differ (between-session sd above 0), else the repeat"
             if "session" in units else "the repeat")
     return table("Latency against concurrency: each trial's percentile, mean over repeats (95% interval)",
-                 headers, rows, "lr" + "r" * (len(headers) - 2),
+                 headers, rows, "lrl" + "r" * (len(headers) - 3),
                  "Each cell is the mean over repeats of the per-trial percentile; in parentheses its 95% t interval "
                  f"(n - 1 df) across repeats, the unit being {unit}; with fewer than 2 units there is no interval. "
                  "The figure above shows the same numbers with every repeat as a dot. TTFT = time to first token; "

@@ -181,10 +181,11 @@ def test_reading_order_after_the_headline(page: dict) -> None:
 
 def test_latency_table_carries_the_intervals(page: dict) -> None:
     t = latency_concurrency_table(page["res"])
-    assert t["headers"][:4] == ["point", "repeats", "TTFT p50 (ms)", "TTFT p99 (ms)"]
+    assert t["headers"][:5] == ["point", "repeats", "interval over", "TTFT p50 (ms)", "TTFT p99 (ms)"]
     iv = next(p for p in page["res"]["points"] if p["point"] == 4)["latency"]["ttft"]["intervals"]["p99"]
     row = next(r for r in t["rows"] if r[0] == "C4")
-    assert row[3] == f"{iv['value']:,.1f} ({iv['ci_low']:,.1f} to {iv['ci_high']:,.1f})"
+    assert row[4] == f"{iv['value']:,.1f} ({iv['ci_low']:,.1f} to {iv['ci_high']:,.1f})"
+    assert row[2] == "3 repeats"
 
 
 def test_verdict_lines_short_and_carry_the_interval() -> None:
@@ -234,3 +235,12 @@ def test_published_release_caveat_would_be_gone() -> None:
     assert not any("restarted" in c for c in res["caveats"])
     published = json.loads((raw.parents[1] / "analysis" / "h200-a100sched" / "analysis.json").read_text())
     assert any("resolved some settings differently" in c for c in published["caveats"]), "what this fixes"
+
+
+def test_latency_table_says_when_there_is_no_interval() -> None:
+    iv = {"value": 12.0, "ci_low": None, "ci_high": None, "n": 1, "unit": "repeat", "absent": "one measured repeat"}
+    res = {"spec": {"percentiles": [50.0, 99.0], "latency_metrics": ["ttft"]},
+           "points": [{"label": "C8", "repeats_measured": 1,
+                       "latency": {"ttft": {"intervals": {"p50": iv, "p99": dict(iv, value=20.0)}}}}]}
+    t = latency_concurrency_table(res)
+    assert t["rows"] == [["C8", "1", "1 repeat", "12.0 (no interval: n = 1)", "20.0 (no interval: n = 1)"]]

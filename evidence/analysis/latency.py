@@ -1,18 +1,22 @@
 """Latency against concurrency with intervals: each point's latency statistic and its 95% interval across repeats.
 
 The per-repeat statistic (a trial's p50, p99, mean... of a latency metric, computed within the trial as in
-`latency.mean_over_repeats`) is the observation; the interval is the two-sided 95% t interval of its mean
-(scipy.stats.t, n - 1 degrees of freedom) on the linear scale, so its centre equals the table's mean over repeats.
+`latency.mean_over_repeats`) is the observation. Latency is positive and right-skewed, so the interval is worked
+out on logs, as the throughput comparisons are: the two-sided 95% t interval (scipy.stats.t, n - 1 degrees of
+freedom) of the mean of ln(statistic) over the units, back-transformed by exp. It is therefore an interval around
+the geometric mean (stored as `geometric_mean`), asymmetric and always above 0. `value` stays the arithmetic mean
+over the repeats that the tables show; it is not the interval's centre (it exceeds the geometric mean by about
+sd^2/2 in relative terms).
 
 The unit follows `evidence.analysis.stats`: the repeat, unless the point's trials come from two or more engine
-sessions whose means differ by more than their repeats explain (`stats.variance_components`: between-session sd
-above 0); then the session is the unit and the interval runs over the session means (repeats inside one server
-start cannot speak for the next). With fewer than 2 units there is no interval: `ci_low`/`ci_high` are null and
-`absent` says why, never a zero-width interval. A zero spread over 2 or more units is a point interval and says so.
+sessions whose mean logs differ by more than their repeats explain (`stats.variance_components` on ln(statistic):
+between-session sd above 0); then the session is the unit, valued by the mean of ln over its repeats (repeats
+inside one server start cannot speak for the next). With fewer than 2 units there is no interval: `ci_low` and
+`ci_high` are null and `absent` says why, never a zero-width interval. A statistic <= 0 (not a latency) has no
+logarithm: no interval, and `absent` says so. A zero spread over 2 or more units is a point interval and says so.
 
-Assumption (stated in each entry's `procedure`): the per-unit statistics are roughly normal and independent. A
-t interval of a latency can reach below 0 when the spread is large; it is kept as computed (it says the low side
-is not pinned down), never clipped.
+Assumption (stated in each entry's `procedure`): the logs of the per-unit statistics are roughly normal and
+independent.
 """
 
 from __future__ import annotations
@@ -30,58 +34,72 @@ from evidence.metrics import pct_key
 LEVEL = 0.95
 
 METHOD = ("per point, latency metric and statistic (mean, median, percentiles): the statistic computed within each "
-          "trial, then the two-sided 95% t interval (scipy.stats.t, n - 1 df) of its mean over the units on the linear "
-          "scale. The unit is the repeat; when the point's trials span 2 or more engine sessions whose means differ "
-          "(between-session sd above 0, one-way random-effects ANOVA as in the paired test) the unit is the session "
-          "and the interval runs over the session means. Fewer than 2 units: no interval (absent, with the reason). "
-          "Assumes roughly normal, independent per-unit statistics; an interval reaching below 0 is kept as computed. "
+          "trial; the two-sided 95% t interval (scipy.stats.t, n - 1 df) of the mean of ln(statistic) over the units, "
+          "back-transformed by exp, so the interval is around the geometric mean (geometric_mean), asymmetric and "
+          "positive; 'value' is the arithmetic mean over repeats (the tables' number), not the interval's centre. "
+          "The unit is the repeat; when the point's trials span 2 or more engine sessions whose mean logs differ "
+          "(between-session sd of ln above 0, one-way random-effects ANOVA as in the paired test) the unit is the "
+          "session, valued by the mean of ln over its repeats. Fewer than 2 units, or a statistic <= 0: no interval "
+          "(absent, with the reason). Assumes roughly normal, independent logs of the per-unit statistics. "
           "Stored as points[].latency[metric].intervals[stat]")
 
 
 def interval(values: Sequence[float], sessions: Sequence[int] | None = None, *, what: str = "statistic",
              level: float = LEVEL) -> dict[str, Any]:
-    """The mean of per-repeat `values` and its t interval, with the unit decided as the paired test decides it.
+    """The mean of per-repeat `values` and the back-transformed t interval of their mean log, with the unit decided
+    as the paired test decides it.
 
-    Returns {value, ci_low, ci_high, n, unit, procedure} (+ `absent` when there is no interval, + `components`
-    when sessions were weighed, + `note`)."""
+    Returns {value, geometric_mean, ci_low, ci_high, n, unit, level, procedure} (+ `absent` when there is no
+    interval, + `components` (log scale) when sessions were weighed, + `note`)."""
     x = np.asarray([float(v) for v in values], dtype=float)
     if sessions is not None and len(sessions) != len(x):
         raise ValueError(f"{what}: {len(sessions)} session labels for {len(x)} values")
     sess = [int(s) for s in sessions] if sessions is not None else [1] * len(x)
     labels = sorted(set(sess))
-    unit, u, comp, note = "repeat", x, None, None
-    if len(labels) >= 2:
+    positive = bool(len(x)) and bool((x > 0).all())
+    unit, comp, note = "repeat", None, None
+    lu = np.log(x) if positive else x  # the units' ln values (unused when not all positive)
+    if positive and len(labels) >= 2:
         if len(x) > len(labels):
-            comp = variance_components(x, sess)
+            comp = variance_components(lu, sess)
             if comp["sd_between"] > 0:
-                unit, u = "session", np.asarray(comp["session_means"])
-                note = (f"{len(labels)} engine sessions whose means differ (between-session sd {comp['sd_between']:.4g}, "
-                        f"within {comp['sd_within']:.4g}): the session is the unit")
+                unit, lu = "session", np.asarray(comp["session_means"])
+                note = (f"{len(labels)} engine sessions whose mean logs differ (between-session sd of ln "
+                        f"{comp['sd_between']:.4g}, within {comp['sd_within']:.4g}): the session is the unit")
             else:
-                note = f"{len(labels)} engine sessions whose means do not differ beyond the repeats' noise: the repeat is the unit"
+                note = (f"{len(labels)} engine sessions whose mean logs do not differ beyond the repeats' noise: "
+                        "the repeat is the unit")
         else:
             unit = "session"  # one repeat per session: the repeats are the sessions
-    n = len(u)
-    units = "repeats" if unit == "repeat" else "engine sessions (each valued by the mean of its repeats)"
+    n = len(lu)
+    units = "repeats" if unit == "repeat" else "engine sessions (each valued by the mean of ln over its repeats)"
     out: dict[str, Any] = {
-        "value": float(np.mean(u)) if n else None, "ci_low": None, "ci_high": None, "n": n, "unit": unit,
-        "level": level,
-        "procedure": (f"{100 * level:g}% t interval (n - 1 df) of the mean of the per-trial {what} over {n} {units}; "
-                      "assumes roughly normal, independent units"),
+        "value": float(np.mean(x)) if len(x) else None, "geometric_mean": None, "ci_low": None, "ci_high": None,
+        "n": n, "unit": unit, "level": level,
+        "procedure": (f"{100 * level:g}% t interval (n - 1 df) of the mean of ln(per-trial {what}) over {n} {units}, "
+                      "back-transformed by exp: an interval around the geometric mean, asymmetric and positive "
+                      "('value' is the arithmetic mean over repeats, not its centre); assumes roughly normal, "
+                      "independent logs"),
     }
     if comp is not None:
-        out["components"] = {k: comp[k] for k in ("sessions", "repeats", "sd_within", "sd_between", "f_p")}
-    if n < 2:
+        out["components"] = {"scale": "ln", **{k: comp[k] for k in ("sessions", "repeats", "sd_within", "sd_between",
+                                                                      "f_p")}}
+    if len(x) and not positive:
+        bad = float(x[x <= 0][0])
+        out["absent"] = (f"a per-trial {what} of {bad:g} (<= 0) has no logarithm: no log-scale interval "
+                         "(a latency should be positive)")
+    elif n < 2:
         out["absent"] = (f"{'no' if n == 0 else 'one'} measured {unit}: an interval needs at least 2 "
                          f"{'repeats' if unit == 'repeat' else 'sessions'}")
     else:
-        sd = float(np.std(u, ddof=1))
+        m, sd = float(np.mean(lu)), float(np.std(lu, ddof=1))
+        out["geometric_mean"] = math.exp(m)
         if sd == 0.0:
-            lo = hi = out["value"]
+            lo = hi = m
             note = ((note + "; ") if note else "") + f"every {unit} gave the same value: zero spread, the interval is a point"
         else:
-            lo, hi = sps.t.interval(level, n - 1, loc=out["value"], scale=sd / math.sqrt(n))
-        out["ci_low"], out["ci_high"] = float(lo), float(hi)
+            lo, hi = sps.t.interval(level, n - 1, loc=m, scale=sd / math.sqrt(n))
+        out["ci_low"], out["ci_high"] = math.exp(lo), math.exp(hi)
     if note:
         out["note"] = note
     return out

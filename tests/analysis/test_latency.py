@@ -18,14 +18,47 @@ from evidence.analysis.latency import interval  # noqa: E402
 from evidence.analysis.load import load_run  # noqa: E402
 
 
+def _log_t(values: list[float], level: float = 0.95) -> tuple[float, float]:
+    """The expected interval, worked out here: scipy's t interval of the mean of ln(values), back-transformed."""
+    logs = [math.log(v) for v in values]
+    n = len(logs)
+    lo, hi = sps.t.interval(level, n - 1, loc=sum(logs) / n, scale=sps.tstd(logs) / math.sqrt(n))
+    return math.exp(lo), math.exp(hi)
+
+
 def test_known_interval_over_repeats() -> None:
     iv = interval([10.0, 12.0, 14.0], what="TTFT p99")
-    # mean 12, sd 2, n 3: 12 -+ t(0.975, 2) * 2 / sqrt(3) = 12 -+ 4.303 * 1.1547
-    assert iv["value"] == pytest.approx(12.0)
-    assert iv["ci_low"] == pytest.approx(12.0 - 4.302652729911275 * 2 / math.sqrt(3), abs=1e-9)
-    assert (iv["ci_low"], iv["ci_high"]) == pytest.approx(sps.t.interval(0.95, 2, loc=12.0, scale=2 / math.sqrt(3)))
-    assert (iv["n"], iv["unit"]) == (3, "repeat") and "absent" not in iv
-    assert "95% t interval" in iv["procedure"] and "TTFT p99 over 3 repeats" in iv["procedure"]
+    # ln: 2.302585, 2.484907, 2.639057; mean 2.475516, sd 0.168433, n 3; t(0.975, 2) = 4.302653
+    # -> exp(2.475516 -+ 4.302653 * 0.168433 / sqrt(3)) = 7.8233 .. 18.0641, around the geometric mean 11.8878
+    assert iv["value"] == pytest.approx(12.0)  # the arithmetic mean, the tables' number
+    assert iv["geometric_mean"] == pytest.approx((10 * 12 * 14) ** (1 / 3), rel=1e-12)
+    assert (iv["ci_low"], iv["ci_high"]) == pytest.approx((7.823302, 18.064090), rel=1e-6)
+    assert (iv["ci_low"], iv["ci_high"]) == pytest.approx(_log_t([10.0, 12.0, 14.0]), rel=1e-12)
+    # asymmetric: longer above the geometric mean than below, as a positive, skewed quantity is
+    assert iv["ci_high"] - iv["geometric_mean"] > iv["geometric_mean"] - iv["ci_low"] > 0
+    # not the linear t interval (12 -+ 4.97): that one is symmetric about the mean
+    lin = sps.t.interval(0.95, 2, loc=12.0, scale=2 / math.sqrt(3))
+    assert abs(iv["ci_low"] - lin[0]) > 0.1 and abs(iv["ci_high"] - lin[1]) > 0.1
+    assert (iv["n"], iv["unit"], iv["level"]) == (3, "repeat", 0.95) and "absent" not in iv
+    assert "95% t interval" in iv["procedure"] and "ln(per-trial TTFT p99) over 3 repeats" in iv["procedure"]
+    assert "back-transformed by exp" in iv["procedure"] and "geometric mean" in iv["procedure"]
+
+
+def test_wide_spread_stays_positive() -> None:
+    # the C256 TTFT p50 case of runs/h200-a100sched-s2 in kind: two units far apart. A linear t interval of
+    # [300, 1235] is 767.5 -+ 12.706 * 467.5 = -5172 .. 6708; on logs it stays above 0.
+    iv = interval([300.0, 1235.0], what="TTFT p50")
+    assert iv["value"] == pytest.approx(767.5)
+    assert (iv["ci_low"], iv["ci_high"]) == pytest.approx(_log_t([300.0, 1235.0]), rel=1e-12)
+    assert 0 < iv["ci_low"] < 300.0 and iv["ci_high"] > 1235.0
+    assert iv["ci_low"] * iv["ci_high"] == pytest.approx(iv["geometric_mean"] ** 2, rel=1e-12)
+
+
+def test_non_positive_value_has_no_interval() -> None:
+    iv = interval([10.0, 0.0, 12.0], what="ITL p50")
+    assert iv["ci_low"] is None and iv["ci_high"] is None and iv["geometric_mean"] is None
+    assert "ITL p50 of 0 (<= 0) has no logarithm" in iv["absent"]
+    assert iv["value"] == pytest.approx(22.0 / 3) and iv["n"] == 3
 
 
 @pytest.mark.parametrize("values", [[], [7.5]])
@@ -38,23 +71,31 @@ def test_fewer_than_two_repeats_no_interval(values: list[float]) -> None:
 
 def test_zero_spread_is_a_point_and_says_so() -> None:
     iv = interval([5.0, 5.0, 5.0])
-    assert iv["ci_low"] == iv["ci_high"] == 5.0 and "zero spread" in iv["note"]
+    assert iv["ci_low"] == pytest.approx(5.0, rel=1e-15) and iv["ci_high"] == iv["ci_low"]
+    assert "zero spread" in iv["note"]
 
 
 def test_sessions_that_differ_are_the_unit() -> None:
     # two sessions of two repeats: 10, 11 | 20, 21. The sessions differ far beyond their repeats.
     iv = interval([10.0, 11.0, 20.0, 21.0], [1, 1, 2, 2])
     assert (iv["unit"], iv["n"]) == ("session", 2)
-    means = [10.5, 20.5]
-    sd = sps.tstd(means)
-    assert (iv["ci_low"], iv["ci_high"]) == pytest.approx(sps.t.interval(0.95, 1, loc=15.5, scale=sd / math.sqrt(2)))
-    assert iv["components"]["sd_between"] > iv["components"]["sd_within"]
-    # sessions whose means do not differ: the repeat stays the unit
+    # each session valued by the mean of its logs; the interval over those 2 values
+    s1, s2 = (math.log(10) + math.log(11)) / 2, (math.log(20) + math.log(21)) / 2
+    lo, hi = sps.t.interval(0.95, 1, loc=(s1 + s2) / 2, scale=sps.tstd([s1, s2]) / math.sqrt(2))
+    assert (iv["ci_low"], iv["ci_high"]) == pytest.approx((math.exp(lo), math.exp(hi)), rel=1e-12)
+    assert iv["geometric_mean"] == pytest.approx((10 * 11 * 20 * 21) ** 0.25, rel=1e-12)
+    assert iv["value"] == pytest.approx(15.5)  # the mean over the 4 repeats
+    c = iv["components"]
+    assert c["scale"] == "ln" and c["sd_between"] > c["sd_within"]
+    assert "engine sessions" in iv["procedure"] and "mean of ln over its repeats" in iv["procedure"]
+    # sessions whose mean logs do not differ: the repeat stays the unit
     same = interval([10.0, 12.0, 10.0, 12.0], [1, 1, 2, 2])
     assert (same["unit"], same["n"]) == ("repeat", 4) and same["components"]["sd_between"] == 0
+    assert (same["ci_low"], same["ci_high"]) == pytest.approx(_log_t([10.0, 12.0, 10.0, 12.0]), rel=1e-12)
     # one repeat per session: the repeats are the sessions
     one = interval([10.0, 12.0], [1, 2])
     assert (one["unit"], one["n"]) == ("session", 2)
+    assert (one["ci_low"], one["ci_high"]) == pytest.approx(_log_t([10.0, 12.0]), rel=1e-12)
 
 
 def test_mismatched_sessions_rejected() -> None:
@@ -65,7 +106,8 @@ def test_mismatched_sessions_rejected() -> None:
 def test_attached_to_analysis(tmp_path: Path) -> None:
     run = build_run(tmp_path, spec=demo_spec(comparisons=[(4, 16)]), missing=("r2-c16", "r3-c16"))
     res = compute_analysis(load_run(run))
-    assert "latency_intervals" in res["methods"]
+    assert "back-transformed by exp" in res["methods"]["latency_intervals"]
+    assert "around the geometric mean" in res["methods"]["latency_intervals"]
     by = {p["point"]: p for p in res["points"]}
     for m in ("ttft", "tpot", "itl", "e2el"):
         lat = by[4]["latency"][m]
@@ -73,9 +115,8 @@ def test_attached_to_analysis(tmp_path: Path) -> None:
             iv = lat["intervals"][st]
             vals = [t["latency"][m][st] for t in res["trials"] if t["point"] == 4]
             assert iv["value"] == pytest.approx(lat["mean_over_repeats"][st], abs=1e-8)
-            assert (iv["ci_low"], iv["ci_high"]) == pytest.approx(
-                sps.t.interval(0.95, 2, loc=sum(vals) / 3, scale=sps.tstd(vals) / math.sqrt(3)), abs=1e-8)
-            assert iv["ci_low"] < iv["value"] < iv["ci_high"]
+            assert (iv["ci_low"], iv["ci_high"]) == pytest.approx(_log_t(vals), rel=1e-8)
+            assert 0 < iv["ci_low"] < iv["geometric_mean"] <= iv["value"] < iv["ci_high"]
         # C16 kept one repeat: absent with the reason, never a zero-width interval
         one = by[16]["latency"][m]["intervals"]["p99"]
         assert one["n"] == 1 and one["ci_low"] is None and "one measured repeat" in one["absent"]

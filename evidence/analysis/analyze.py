@@ -42,7 +42,7 @@ from pathlib import Path
 from typing import Any
 
 from evidence.analysis.caveats import caveats
-from evidence.analysis.dataframes import csv_tables
+from evidence.analysis.dataframes import csv_names, csv_tables
 from evidence.analysis.findings import comparison_family, dominance, ordering, side_by_side
 from evidence.analysis.goodput import goodput
 from evidence.analysis.latency import attach_intervals
@@ -218,11 +218,11 @@ def compute_analysis(data: RunData) -> dict:
         "goodput": goodput(data, rows, spec),
         "setup": _setup(data),
     }
-    attach_intervals(res, rows)  # points[i].latency[m]["intervals"]: 95% t interval across repeats (or sessions)
+    attach_intervals(res, rows)  # points[i].latency[m]["intervals"]: 95% interval on ln across repeats (or sessions)
     res["ordering"] = ordering(points_l, trials_by, rows, adj, spec)
     res["caveats"] = caveats(data, res)
     res = round_floats(res)
-    res["files"] = ["analysis.json"] + sorted(csv_tables(res))
+    res["files"] = ["analysis.json"] + csv_names(res)  # the CSVs write_analysis writes, named without formatting them
     return res
 
 

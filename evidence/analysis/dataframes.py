@@ -83,6 +83,11 @@ def csv_tables(res: dict) -> dict[str, str]:
     return {f"{name}.csv": csv_text(df) for name, df in frames(res).items()}
 
 
+def csv_names(res: dict) -> list[str]:
+    """The CSV file names csv_tables(res) gives, sorted, without building or formatting any table."""
+    return sorted(f"{name}.csv" for name in table_names(res))
+
+
 def _flags(xs: Sequence[str]) -> str:
     return "; ".join(xs)
 
@@ -91,19 +96,27 @@ def _labels(points: Sequence[int]) -> str:
     return " ".join(label(q) for q in points)
 
 
-def frames(res: dict) -> dict[str, pd.DataFrame]:
-    """Table name (the CSV file's stem) -> DataFrame, for every table of the analysis `res`.
+# every table (the CSV file's stem); goodput only when the spec sets SLOs
+TABLES = ("comparisons", "dominance", "goodput", "latency_side_by_side", "ordering", "paired", "point_latency",
+          "point_latency_intervals", "points", "telemetry", "timeseries", "trials")
 
-    goodput is there only when the spec sets SLOs (res["goodput"]["absent"] is None).
-    """
+
+def table_names(res: dict) -> list[str]:
+    """The names of the tables frames(res) gives, in its (sorted) order: goodput only when the spec sets SLOs
+    (res["goodput"]["absent"] is None)."""
+    return [n for n in sorted(TABLES) if n != "goodput" or res["goodput"]["absent"] is None]
+
+
+def frames(res: dict) -> dict[str, pd.DataFrame]:
+    """Table name (the CSV file's stem) -> DataFrame, for every table of the analysis `res` (table_names(res))."""
     stats = latency_stats(res["spec"]["percentiles"])
-    out = {"trials": _trials(res, stats), "points": _points(res), "timeseries": _timeseries(res),
-           "point_latency": _point_latency(res, stats), "comparisons": _comparisons(res), "paired": _paired(res),
-           "latency_side_by_side": _side_by_side(res), "dominance": _dominance(res), "ordering": _ordering(res),
-           "telemetry": _telemetry(res)}
-    if res["goodput"]["absent"] is None:
-        out["goodput"] = _goodput(res)
-    return dict(sorted(out.items()))
+    build = {"trials": lambda: _trials(res, stats), "points": lambda: _points(res),
+             "timeseries": lambda: _timeseries(res), "point_latency": lambda: _point_latency(res, stats),
+             "point_latency_intervals": lambda: _point_latency_intervals(res, stats),
+             "comparisons": lambda: _comparisons(res), "paired": lambda: _paired(res),
+             "latency_side_by_side": lambda: _side_by_side(res), "dominance": lambda: _dominance(res),
+             "ordering": lambda: _ordering(res), "telemetry": lambda: _telemetry(res), "goodput": lambda: _goodput(res)}
+    return {name: build[name]() for name in table_names(res)}
 
 
 def _trials(res: dict, stats: list[str]) -> pd.DataFrame:
@@ -191,6 +204,29 @@ def _point_latency(res: dict, stats: list[str]) -> pd.DataFrame:
             for method, key in (("mean_over_repeats", "n_trials"), ("pooled", "n")):
                 d = p["latency"][m][method] or {}
                 rows.append([p["point"], m, method, d.get(key)] + [d.get(s) for s in stats] + [_flags(p["flags"])])
+    return _frame(h, rows)
+
+
+def _point_latency_intervals(res: dict, stats: list[str]) -> pd.DataFrame:
+    """Long form of points[].latency[m].intervals (evidence.analysis.latency): one row per point, metric and
+    statistic; value_ms is the mean over repeats, the interval the back-transformed t interval on ln (around the
+    geometric mean). No interval: empty bounds and `absent` says why."""
+    h = [("point", "count"), ("metric", "text"), ("stat", "text"), ("value_ms", "ms"), ("ci_low_ms", "ms"),
+         ("ci_high_ms", "ms"), ("n", "count"), ("unit", "text"), ("level", "frac"), ("absent", "text")]
+    rows = []
+    for p in res["points"]:
+        lat = p["latency"]
+        for m in [m for m in REPORTED_METRICS if m in lat] + sorted(set(lat) - set(REPORTED_METRICS)):
+            ivs = lat[m].get("intervals")
+            for st in stats:
+                iv = (ivs or {}).get(st)
+                if iv is None:
+                    why = ("no interval in this analysis.json (written before the intervals)" if ivs is None and
+                           lat[m].get("mean_over_repeats") else "not measured in any trial of the point")
+                    rows.append([p["point"], m, st, None, None, None, None, None, None, why])
+                    continue
+                rows.append([p["point"], m, st, iv["value"], iv["ci_low"], iv["ci_high"], iv["n"], iv["unit"],
+                             iv["level"], iv.get("absent")])
     return _frame(h, rows)
 
 

@@ -24,6 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from evidence.analysis import analyze_run, csv_text, frames
 from evidence.analysis.analyze import compute_analysis
+from evidence.analysis.dataframes import csv_names, csv_tables
 from evidence.analysis.load import load_run
 from evidence.analysis.tables import CSV_DECIMALS
 from evidence.canon import dumps
@@ -58,6 +59,7 @@ import sys
 from pathlib import Path
 from evidence.analysis import analyze_run, csv_text, frames
 from evidence.analysis.analyze import compute_analysis
+from evidence.analysis.dataframes import csv_names, csv_tables
 from evidence.analysis.load import load_run
 from evidence.canon import dumps
 run, out = Path(sys.argv[1]), Path(sys.argv[2])
@@ -91,7 +93,8 @@ def test_same_bytes_in_two_processes_with_different_hash_seeds(run_dir, tmp_path
     assert sorted(a) == sorted(b)
     assert [k for k in a if a[k] != b[k]] == []
     names = {k.split("/", 1)[1] for k in a if k.startswith("analyze/") and k.endswith(".csv")}
-    assert names >= {"trials.csv", "points.csv", "timeseries.csv", "goodput.csv", "telemetry.csv", "paired.csv"}
+    assert names >= {"trials.csv", "points.csv", "timeseries.csv", "goodput.csv", "telemetry.csv", "paired.csv",
+                     "point_latency_intervals.csv"}
     # analyze_run writes the CSVs with the same writer as the frames
     for n in names | {"analysis.json"}:
         assert a[f"analyze/{n}"] == a[f"frames/{n}"], n
@@ -163,8 +166,9 @@ def _read_back(text: str, kinds: dict[str, str]) -> pd.DataFrame:
     return pd.DataFrame(out)
 
 
-@pytest.mark.parametrize("table", ["trials", "points", "timeseries", "point_latency", "comparisons", "paired",
-                                   "latency_side_by_side", "dominance", "ordering", "telemetry", "goodput"])
+@pytest.mark.parametrize("table", ["trials", "points", "timeseries", "point_latency", "point_latency_intervals",
+                                   "comparisons", "paired", "latency_side_by_side", "dominance", "ordering",
+                                   "telemetry", "goodput"])
 def test_csv_read_back_equals_the_frame_to_the_stated_decimals(fr, table):
     df = fr[table]
     kinds = df.attrs["kinds"]
@@ -215,3 +219,46 @@ def test_the_writer_fixes_decimals_signs_quoting_and_refuses_unknown_columns():
     with pytest.raises(ValueError, match="no column kind"):
         csv_text(df, {"name": "text"})
     assert csv_text(df.iloc[:0], kinds) == "name,n,rel_pct,ok\n"
+
+
+def test_point_latency_intervals_long_form(fr, res):
+    df = fr["point_latency_intervals"]
+    assert list(df.columns) == ["point", "metric", "stat", "value_ms", "ci_low_ms", "ci_high_ms", "n", "unit", "level",
+                                "absent"]
+    assert [str(t) for t in df.dtypes] == ["Int64", "string", "string", "float64", "float64", "float64", "Int64",
+                                           "string", "float64", "string"]
+    # one row per point, metric and statistic that analysis.json holds an interval for, with its numbers
+    want = [(p["point"], m, st, iv) for p in res["points"] for m in ("ttft", "tpot", "itl", "e2el", "slot_wait")
+            for st, iv in p["latency"][m]["intervals"].items()]
+    assert [(r.point, r.metric, r.stat) for r in df.itertuples()] == [w[:3] for w in want]
+    for r, (_, _, _, iv) in zip(df.itertuples(), want):
+        assert (r.value_ms, r.n, r.unit, r.level) == (iv["value"], iv["n"], iv["unit"], 0.95)
+        if iv["ci_low"] is None:
+            assert math.isnan(r.ci_low_ms) and math.isnan(r.ci_high_ms) and r.absent == iv["absent"]
+        else:
+            assert (r.ci_low_ms, r.ci_high_ms) == (iv["ci_low"], iv["ci_high"]) and r.absent is pd.NA
+            assert 0 < r.ci_low_ms < r.ci_high_ms
+    # C16 keeps one measured repeat (r2 missing, r3 completed nothing): no interval, and the reason
+    c16 = df[(df["point"] == 16) & (df["metric"] == "ttft") & (df["stat"] == "p99")].iloc[0]
+    assert c16["n"] == 1 and math.isnan(c16["ci_low_ms"]) and "one measured repeat" in c16["absent"]
+    # C4: three repeats, an interval on each row
+    c4 = df[df["point"] == 4]
+    assert (c4["n"] == 3).all() and c4["ci_low_ms"].notna().all()
+
+
+def test_point_latency_intervals_of_an_older_analysis_say_why_absent(res):
+    old = json.loads(dumps(res))
+    for p in old["points"]:
+        for lat in p["latency"].values():
+            lat.pop("intervals", None)
+    df = frames(old)["point_latency_intervals"]
+    assert df["ci_low_ms"].isna().all() and df["value_ms"].isna().all()
+    assert set(df["absent"]) == {"no interval in this analysis.json (written before the intervals)"}
+
+
+def test_file_names_without_formatting(res):
+    # the names analysis.json lists are the CSVs csv_tables formats, with and without the goodput table
+    assert csv_names(res) == sorted(csv_tables(res)) and "goodput.csv" in csv_names(res)
+    assert res["files"] == ["analysis.json"] + sorted(csv_tables(res))
+    no_slos = dict(res, goodput={**res["goodput"], "absent": "spec.analysis.slos_ms is not set"})
+    assert csv_names(no_slos) == sorted(csv_tables(no_slos)) and "goodput.csv" not in csv_names(no_slos)

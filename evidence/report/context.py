@@ -35,7 +35,7 @@ from evidence.figures import figure_bytes, render_environment
 from evidence.metrics import METRIC_DOCS
 from evidence.analysis.findings import p_text
 from evidence.report.format import fixed, join_flags, num, pct, provenance_rows, section, table, text, utc
-from evidence.report.layout import geometry_rows, latency_concurrency_table, verdict_lines
+from evidence.report.layout import geometry_rows, headline, latency_concurrency_table
 from evidence.rundir import PROVENANCE_JSON, REPORT
 
 TEMPLATE_NAMES = ("report.md.j2", "report.html.j2")
@@ -410,6 +410,12 @@ def build_context(run_dir: Path, data: RunData, res: dict, figs: dict[str, bytes
     sections.append(section("trials", "Trials", tables=[_trials_table(res)]))
     sections.extend(_profile_sections(run_dir))
     sections.extend(_anchor_sections(run_dir))
+    head = headline(res)
+    # every caveat, verbatim and in analysis order: the headline shows only the few that matter most
+    sections.append(section("all-caveats", "All caveats", bullets=head["caveats_all"], paragraphs=[
+        "Every caveat the analysis found (analysis.json caveats), in full; the headline shows the most consequential "
+        "ones and leaves out those that restate a verdict line."] if head["caveats_all"] else
+        ["None found in the data."]))
     c = res["completeness"]
     comp_rows = [("trials planned", num(c["trials_planned"])), ("trials recorded", num(c["trials_present"])),
                  ("missing", ", ".join(c["missing"]) or "none"),
@@ -446,8 +452,7 @@ def build_context(run_dir: Path, data: RunData, res: dict, figs: dict[str, bytes
     return {
         "title": spec.title, "name": spec.name, "run_id": res["run"]["run_id"] or "(unknown run id)",
         "status": c["run_status"] or "unknown", "dates": _dates(data),
-        "headline": {"figure": "throughput_vs_concurrency", "verdicts": verdict_lines(res),
-                     "caveats": res["caveats"] or ["None found in the data."]},
+        "headline": dict(head, figure="throughput_vs_concurrency"),
         "sections": sections, "figures": figures,
         "caution": Analysis.from_dict(res).caution,
     }

@@ -1,5 +1,6 @@
-"""The report's reading order: the headline (verdict lines), latency against concurrency (with intervals), and the collapsing
-of rows nobody can read (kernel-geometry groups with no declared meaning).
+"""The report's reading order: the headline (verdict lines and the few caveats that matter most), latency against
+concurrency (with intervals), and the collapsing of rows nobody can read (kernel-geometry groups with no declared
+meaning).
 
 Pure functions of analysis.json's dict (and of the profile rows); every string is formatted here.
 """
@@ -8,12 +9,26 @@ from __future__ import annotations
 
 from typing import Any
 
+from evidence.analysis.caveats import pair_about
 from evidence.analysis.latency import shown_keys
 from evidence.analysis.numbers import label
 from evidence.metrics import METRICS
 from evidence.report.format import num, pct, table
 
 HEADLINE_LINES = 5  # "the verdicts in about five lines"; the rest are in the Paired comparisons section
+HEADLINE_CAVEATS = 4  # the caveats a first screen holds beside the figure; all of them follow in All caveats
+# Which caveats the headline shows first (analysis caveat_kinds): the data is incomplete; the answer is undecided;
+# the test's unit is the engine session; not the real model; the setup moved between sessions; one number per trial
+# hides a shape; then the rest. A kind not listed comes after these, in analysis order.
+CAVEAT_PRIORITY = ("run_status", "missing_trials", "failed_requests", "zero_completed",
+                   "single_repeat", "comparison_verdict",
+                   "session_variance",
+                   "dummy_weights",
+                   "engine_restart_values", "pins_drift",
+                   "no_steady_state", "waves", "regimes",
+                   "sign_only", "fixed_order", "output_len_mismatch", "prompt_lengths", "too_short_steady",
+                   "unexpected_trials", "plan_mismatch", "dominance_verdict", "dominance_repeats", "ordering_repeats",
+                   "sessions_same", "profile_diagnostic")
 UNINTERPRETED = "no declared meaning"
 
 
@@ -63,7 +78,13 @@ def comparison_line(c: dict, *, named: bool = True) -> str:
 
 def verdict_lines(res: dict, limit: int = HEADLINE_LINES) -> list[str]:
     """The headline: throughput per point, each declared comparison, the ordering, dominance (about `limit` lines)."""
+    return _verdicts(res, limit)[0]
+
+
+def _verdicts(res: dict, limit: int) -> tuple[list[str], set[tuple[str, str | None]]]:
+    """The verdict lines and the (kind, about) of every caveat they restate (analysis caveat_kinds)."""
     out = []
+    covered: set[tuple[str, str | None]] = set()
     c = res["completeness"]
     if c.get("run_status") != "complete" or c.get("missing") or c.get("with_failures"):
         out.append(f"Run {c.get('run_status') or 'status unknown'}: {c['trials_present']} of {c['trials_planned']} "
@@ -72,24 +93,51 @@ def verdict_lines(res: dict, limit: int = HEADLINE_LINES) -> list[str]:
     pts = "; ".join(f"{p['label']} {num(p['output_throughput']['mean'], 0)} (CV {pct(p['output_throughput']['cv'], d=1)}, "
                     f"n={p['repeats_measured']})" for p in res["points"])
     out.append(f"Mean output throughput, tok/s: {pts}.")
-    comps = [comparison_line(x) for x in res["comparisons"]]
+    comps = [(x.get("name"), comparison_line(x)) for x in res["comparisons"]]
     o = res["ordering"]
     tail = []
     if o.get("statement"):
         tail.append(f"Ordering of means {o['statement']} (held in {o['held_in_repeats']} of {o['repeats_planned']} "
                     f"repeats); where the paired verdict is not a finding it reads {o['supported_statement']}.")
+        covered.add(("ordering_repeats", None))
     dom = res["dominance"]["pairs"]
     if dom:
         # the paired verdict leads, so a dominance on the means is never read as more than its intervals allow
-        tail.append("; ".join((d["verdict_statement"] if "verdict_statement" in d else d["statement"])
+        dline = ("; ".join((d["verdict_statement"] if "verdict_statement" in d else d["statement"])
                               + f" ({d['held_in_repeats']} of {d['repeats_planned']} repeats)" for d in dom) + ".")
+        tail.append(dline[:1].upper() + dline[1:])
+        covered |= {(k, pair_about(d)) for d in dom if "dominant" in d
+                    for k in ("dominance_verdict", "dominance_repeats")}
     room = max(3, limit - len(out) - len(tail))  # the comparisons are the answer: never fewer than 3 lines of them
     if len(comps) > room:
         more = len(comps) - (room - 1)
-        comps = comps[: room - 1] + [f"{more} more comparison(s): see Paired comparisons."]
-    if not comps:
-        comps = ["The spec declares no comparison (analysis.comparisons)."]
-    return out + comps + tail
+        comps = comps[: room - 1] + [(None, f"{more} more comparison(s): see Paired comparisons.")]
+    covered |= {("comparison_verdict", name) for name, _ in comps if name}
+    lines = [line for _, line in comps] or ["The spec declares no comparison (analysis.comparisons)."]
+    return out + lines + tail, covered
+
+
+def headline(res: dict, limit: int = HEADLINE_CAVEATS) -> dict:
+    """The headline's verdict lines and its few caveats: those that restate no verdict line, by CAVEAT_PRIORITY (then
+    in analysis order), at most `limit`, each in its one-line form where it has one; every caveat stays, verbatim, in
+    the All caveats section. Selection is by analysis.json's caveat_kinds, never by the sentences' wording."""
+    verdicts, covered = _verdicts(res, HEADLINE_LINES)
+    texts = list(res.get("caveats") or [])
+    kinds = res.get("caveat_kinds") or []
+    if len(kinds) != len(texts):  # an analysis.json from before caveat_kinds: in its order, none taken as restated
+        kinds = [{"kind": None, "about": None, "short": None}] * len(texts)
+    restated = {i for i, k in enumerate(kinds) if (k["kind"], k["about"]) in covered}
+    rank = {k: i for i, k in enumerate(CAVEAT_PRIORITY)}
+    top = sorted((i for i in range(len(texts)) if i not in restated),
+                 key=lambda i: (rank.get(kinds[i]["kind"], len(rank)), i))[:limit]
+    more = len(texts) - len(top)
+    link = "" if not texts else f"{more} more caveat{'s' if more != 1 else ''}" if more else \
+        f"All {len(texts)} caveats in full"
+    note = ((f" ({len(restated)} restate{'s' if len(restated) == 1 else ''} a verdict line above)" if restated else "")
+            + f"; all {len(texts)} in full below." if more else " below.")
+    return {"verdicts": verdicts, "caveats": [kinds[i]["short"] or texts[i] for i in top] or ["None found in the data."],
+            "caveats_more": {"link": link, "note": note}, "caveats_all": texts,
+            "restated": [texts[i] for i in sorted(restated)]}
 
 
 def latency_concurrency_table(res: dict) -> dict:
@@ -123,7 +171,9 @@ def latency_concurrency_table(res: dict) -> dict:
     return table("Latency against concurrency: each trial's percentile, mean over repeats (95% interval)",
                  headers, rows, "lrl" + "r" * (len(headers) - 3),
                  "Each cell is the mean over repeats of the per-trial percentile; in parentheses its 95% t interval "
-                 f"(n - 1 df) across repeats, the unit being {unit}; with fewer than 2 units there is no interval. "
+                 f"(n - 1 df) across repeats, the unit being {unit}, worked out on the logarithm of the percentile "
+                 "and back-transformed: it lies around the geometric mean, so it is asymmetric and stays above 0; "
+                 "with fewer than 2 units there is no interval. "
                  "The figure above shows the same numbers with every repeat as a dot. TTFT = time to first token; "
                  "TPOT = time per output token after the first; ITL = gap between streamed chunks; E2EL = whole "
                  "request. All repeats pooled, and every other statistic, are in the latency distribution tables below.")
@@ -157,4 +207,4 @@ def _fixed(x: Any, d: int) -> str:
     return "n/a" if x is None else f"{x:,.{d}f}"
 
 
-__all__ = ["comparison_line", "verdict_lines", "latency_concurrency_table", "geometry_rows"]
+__all__ = ["comparison_line", "verdict_lines", "headline", "latency_concurrency_table", "geometry_rows"]

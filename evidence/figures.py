@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import hashlib
 import io
+import textwrap
 from pathlib import Path
 from typing import Any
 
@@ -189,7 +190,9 @@ def _fig_throughput(res: dict) -> Figure:
 
 def _fig_latency_conc(res: dict) -> Figure:
     """Per latency metric: the lower and higher shown percentile (p50, p99) against concurrency, each point the mean
-    over repeats with its 95% interval (analysis points[].latency[m].intervals); every repeat's value as a dot."""
+    over repeats with its 95% interval (analysis points[].latency[m].intervals: a t interval on ln, back-transformed,
+    so it is asymmetric and drawn about the geometric mean, which the mean over repeats need not sit at the middle
+    of); every repeat's value as a dot."""
     metrics = res["spec"]["latency_metrics"]
     keys = shown_keys(res["spec"]["percentiles"])
     pts = sorted(res["spec"]["points"])
@@ -202,6 +205,7 @@ def _fig_latency_conc(res: dict) -> Figure:
     for k, m in enumerate(metrics):
         ax = fig.add_subplot(rows, cols, k + 1)
         span: list[float] = []
+        with_bar: dict = {}
         step = 0.04 if len(pts) > 1 else 0.0
         for j, key in enumerate(keys):
             color, marker, ls = PCT_STYLE[j % len(PCT_STYLE)]
@@ -218,15 +222,20 @@ def _fig_latency_conc(res: dict) -> Figure:
                 if iv["ci_low"] is None:
                     open_pts.append((P * off, iv["value"]))  # no bar at all: a zero-width one would claim certainty
                 else:
-                    bars.append((P * off, iv["value"], iv["value"] - iv["ci_low"], iv["ci_high"] - iv["value"]))
+                    # yerr is [distance below, distance above] a centre: the geometric mean lies inside the
+                    # interval, the arithmetic mean (the marker) need not
+                    g = iv.get("geometric_mean") or iv["value"]  # an older analysis: a linear interval about value
+                    bars.append((P * off, iv["value"], g, g - iv["ci_low"], iv["ci_high"] - g))
                     span += [iv["ci_low"], iv["ci_high"]]
             if not xs:
                 continue
             ax.plot(xs, ys, color=color, ls=ls, lw=1.2, zorder=3)
             if bars:
-                ax.errorbar([b[0] for b in bars], [b[1] for b in bars], yerr=[[b[2] for b in bars], [b[3] for b in bars]],
-                            color=color, marker=marker, ms=5, ls="none", capsize=3, elinewidth=1.0, zorder=3,
-                            label=f"{key}: mean, 95% interval")
+                eb = ax.errorbar([b[0] for b in bars], [b[2] for b in bars], yerr=[[b[3] for b in bars],
+                                 [b[4] for b in bars]], color=color, fmt="none", capsize=3, elinewidth=1.0, zorder=3)
+                mk, = ax.plot([b[0] for b in bars], [b[1] for b in bars], color=color, marker=marker, ms=5, ls="none",
+                              zorder=3, label=f"{key}: mean, 95% interval")
+                with_bar[mk] = eb  # one legend entry: the marker over its bar
             if open_pts:
                 ax.scatter([o[0] for o in open_pts], [o[1] for o in open_pts], marker=marker, s=40, facecolors="white",
                            edgecolors=color, zorder=4, label=f"{key}: fewer than 2 repeats, no interval",
@@ -252,14 +261,18 @@ def _fig_latency_conc(res: dict) -> Figure:
         ax.set_ylabel(f"{m.upper()} ({unit})")
         ax.set_title(f"{m.upper()}: " + " and ".join(keys) + " per point (small dots: each repeat)", fontsize=8.5)
         if span:
-            ax.legend(loc="upper left", frameon=False, fontsize=7)
+            hs, ls_ = ax.get_legend_handles_labels()
+            ax.legend([(h, with_bar[h]) if h in with_bar else h for h in hs], ls_, loc="upper left", frameon=False,
+                      fontsize=7)
     kinds = sorted({u for u, _ in units})
     unit_txt = "engine sessions where they differ, else repeats" if "session" in kinds else "repeats"
     if len(units) == 1:
         u, k = next(iter(units))
         unit_txt = f"{k} {'engine sessions' if u == 'session' else 'repeats'} (n - 1 df)"
-    _title(fig, f"{res['spec']['name']}: latency vs concurrency; bars: 95% t interval of the mean over {unit_txt}",
-           res)
+    bars_txt = (f"bars: 95% t interval of the mean ln(latency) over {unit_txt}, back-transformed (about the "
+                "geometric mean; markers: the mean over repeats)")
+    # wrapped to the figure's width (about 60 characters per 5-inch column at this size), never clipped
+    _title(fig, f"{res['spec']['name']}: latency vs concurrency\n" + textwrap.fill(bars_txt, 60 * cols), res)
     return fig
 
 

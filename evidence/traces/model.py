@@ -49,6 +49,7 @@ __all__ = [
     "STEP_PATTERN",
     "parse_step_name",
     "short_kernel_name",
+    "short_names",
     "normalize_launch_api",
     "graph_mask",
     "steps_from_ranges",
@@ -306,6 +307,15 @@ def short_kernel_name(demangled: str) -> str:
     top = top.split()[-1]  # drop the return type ("void")
     name = top.split("::")[-1]
     return name or s
+
+
+def short_names(name_cats: Sequence[str]) -> tuple[tuple[str, ...], np.ndarray]:
+    """Short names derived from demangled ones (for a source without them): their sorted distinct
+    values, and each name code's short-name code."""
+    short_of = [short_kernel_name(c) for c in name_cats]
+    cats = tuple(sorted(set(short_of))) or ("",)
+    index = {v: i for i, v in enumerate(cats)}
+    return cats, np.array([index[v] for v in short_of], dtype=np.int32)
 
 
 def graph_mask(graph_id: np.ndarray, node_id: np.ndarray, api_codes: np.ndarray, api_cats: Sequence[str]) -> np.ndarray:

@@ -6,10 +6,10 @@ process), NVTX ranges from `NVTX_EVENTS`. Optional columns an export lacks are
 filled with -1 and named in the trace's notes.
 
 The kernel and runtime tables are read through connectorx into Arrow, a slice of
-rowids at a time, and written straight into the kernel table's numpy arrays, so
-no Python object is built per value and the peak stays near the table's own size
-(bench/RESULTS-trace.md). The small tables (StringIds lookups, NVTX, metadata)
-go through sqlite3.
+rowids at a time on two threads, and written straight into the kernel table's
+numpy arrays, so no Python object is built per value and the peak stays near the
+table's own size (bench/RESULTS-trace.md). The small tables (StringIds lookups,
+NVTX, metadata) go through sqlite3, on the calling thread.
 """
 
 from __future__ import annotations
@@ -27,33 +27,21 @@ from urllib.parse import quote
 import numpy as np
 
 from evidence.traces.model import (
-    NARROWED, NUMERIC_COLUMNS, KernelTable, Range, Trace, TraceError, check_fits, graph_mask, normalize_launch_api,
-    short_kernel_name, steps_from_ranges,
+    NARROWED, NUMERIC_COLUMNS, KernelTable, Range, Trace, TraceError, check_fits, normalize_launch_api, short_names,
+    steps_from_ranges,
 )
 
 __all__ = ["load_nsys_sqlite"]
 
 # Kernel-table columns we read: output name -> (nsys column, required).
 _NSYS_KERNEL_NUMERIC = (
-    ("start_ns", "start", True),
-    ("end_ns", "end", True),
-    ("device", "deviceId", False),
-    ("stream", "streamId", False),
-    ("corr_id", "correlationId", False),
-    ("gpid", "globalPid", False),
-    ("grid_x", "gridX", False),
-    ("grid_y", "gridY", False),
-    ("grid_z", "gridZ", False),
-    ("block_x", "blockX", False),
-    ("block_y", "blockY", False),
-    ("block_z", "blockZ", False),
-    ("regs", "registersPerThread", False),
-    ("smem_static", "staticSharedMemory", False),
-    ("smem_dynamic", "dynamicSharedMemory", False),
-    ("graph_id", "graphId", False),
-    ("graph_node_id", "graphNodeId", False),
-    ("name_id", "demangledName", False),
-    ("short_id", "shortName", False),
+    ("start_ns", "start", True), ("end_ns", "end", True), ("device", "deviceId", False),
+    ("stream", "streamId", False), ("corr_id", "correlationId", False), ("gpid", "globalPid", False),
+    ("grid_x", "gridX", False), ("grid_y", "gridY", False), ("grid_z", "gridZ", False),
+    ("block_x", "blockX", False), ("block_y", "blockY", False), ("block_z", "blockZ", False),
+    ("regs", "registersPerThread", False), ("smem_static", "staticSharedMemory", False),
+    ("smem_dynamic", "dynamicSharedMemory", False), ("graph_id", "graphId", False),
+    ("graph_node_id", "graphNodeId", False), ("name_id", "demangledName", False), ("short_id", "shortName", False),
     ("mangled_id", "mangledName", False),
 )
 _ROWS_PER_READ = 1 << 15  # kernel rows per Arrow read: bounds the memory in flight (~300 bytes a row)
@@ -140,94 +128,93 @@ class _Launches:
 
     The runtime side's globalPid is globalTid & 0xFFFFFFFFFF000000. The process is
     mapped to a dense index so the pair packs into one int64 and the join is a
-    sort + searchsorted; with no globalPid on the kernel side, correlation ids alone.
+    lookup table (one process, compact correlation ids: the usual case) or a sort +
+    searchsorted; with no globalPid on the kernel side, correlation ids alone. What
+    a kernel takes from its launch (thread, process, start, API name id + 1) is kept
+    per runtime row, with one more row for "no launch call" at the end, so the join
+    is a gather at index -1 for a kernel without one.
     """
 
-    def __init__(self, cols: list[np.ndarray], corr_only: bool) -> None:
+    def __init__(self, cols: list[np.ndarray], corr_only: bool, id_type: type) -> None:
         """cols: correlationId, globalTid, nameId, start; taken over (emptied) to keep the peak low."""
-        corr, gtid = cols[0], cols[1]
+        corr, gtid, name_id, start = cols
+        cols.clear()
         mask = np.int64(-0x1000000)  # == 0x...FFFFFF000000 as a signed int64
-        if corr_only:
-            gpid = np.zeros_like(gtid)
-        else:
-            gpid = gtid & mask
-            gpid[gtid < 0] = -1
+        gpid = np.zeros_like(gtid) if corr_only else np.where(gtid < 0, -1, gtid & mask)
         self.corr_only = corr_only
         self.procs = np.unique(gpid)
         key = np.searchsorted(self.procs, gpid) if len(self.procs) > 1 else np.zeros_like(gpid)
-        del gpid
-        key <<= 32
-        corr &= 0xFFFFFFFF
-        key |= corr
-        del corr
+        key = (key << 32) | (corr & 0xFFFFFFFF)
+        del gpid, corr
         n = len(key)
-        # nsys appends launch calls as they happen, so keys usually already ascend: no sort, no copies.
-        if n < 2 or bool((key[1:] > key[:-1]).all()):
-            self.keys = key
-            self.gtid, self.name_id, self.start = cols[1], cols[2], cols[3]
-            first = None
-        else:
-            order = np.argsort(key, kind="stable")  # first runtime row wins on duplicates
-            self.keys = key[order]
-            del key
-            sorted_cols = []
-            while len(cols) > 1:
-                sorted_cols.append(cols.pop()[order])  # one column copied at a time
-            self.start, self.name_id, self.gtid = sorted_cols
+        # nsys appends launch calls as they happen, so keys usually already ascend: no sort.
+        order = None if n < 2 or bool((key[1:] > key[:-1]).all()) else np.argsort(key, kind="stable")
+        first = None
+        if order is not None:  # first runtime row wins on duplicates
+            key = key[order]
             first = np.ones(n, bool)
-            first[1:] = self.keys[1:] != self.keys[:-1]
-        cols.clear()
-        # One process with compact correlation ids (the usual case): a direct lookup table,
-        # cheaper than a binary search per kernel. It holds each key's first row.
-        self.lut = None
-        if len(self.procs) == 1 and n and int(self.keys[-1]) < 4 * n + (1 << 20):
-            self.lut = np.full(int(self.keys[-1]) + 1, -1, np.int64)
-            if first is None:
-                self.lut[self.keys] = np.arange(n)
-            else:
-                self.lut[self.keys[first]] = np.flatnonzero(first)
+            first[1:] = key[1:] != key[:-1]
 
-    def match(self, k_corr: np.ndarray, k_gpid: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """(hit, index into the sorted runtime rows) for each kernel."""
+        def per_row(values: np.ndarray, dtype: type, none: int) -> np.ndarray:
+            out = np.empty(n + 1, dtype)
+            out[:n] = values if order is None else values[order]
+            out[n] = none
+            return out
+
+        has = gtid >= 0
+        self.tid = per_row(np.where(has, gtid & 0xFFFFFF, -1), np.int32, -1)
+        self.pid = per_row(np.where(has, (gtid >> 24) & 0xFFFFFF, -1), np.int32, -1)
+        del gtid, has
+        self.start = per_row(start, np.int64, -1)
+        self.api1 = per_row(name_id + 1, id_type, 0)
+        del start, name_id
+        self.n = n
+        self.lut = None
+        if len(self.procs) == 1 and n and int(key[-1]) < 4 * n + (1 << 20):
+            # Each key's first row; the last entry (-1) answers every key outside the table.
+            self.lut = np.full(int(key[-1]) + 2, -1, np.int64)
+            if first is None:
+                self.lut[key] = np.arange(n)
+            else:
+                self.lut[key[first]] = np.flatnonzero(first)
+        else:
+            self.keys = key
+
+    def match(self, k_corr: np.ndarray, k_gpid: np.ndarray) -> np.ndarray:
+        """For each kernel, its launch call's row, or -1 (the "no launch call" row)."""
+        if self.n == 0:
+            return np.full(len(k_corr), -1, np.int64)
+        if self.lut is not None:
+            last = len(self.lut) - 1
+            c = k_corr & 0xFFFFFFFF
+            c[k_corr < 0] = last
+            if not self.corr_only:
+                c[k_gpid != self.procs[0]] = last
+            np.minimum(c, last, out=c)
+            return self.lut[c]
         if self.corr_only:
             k_gpid = np.zeros_like(k_gpid)
-        n = len(self.keys)
-        if n == 0:
-            return np.zeros(len(k_corr), bool), np.zeros(len(k_corr), np.int64)
-        if self.lut is not None:
-            c = k_corr & 0xFFFFFFFF
-            ok = (k_gpid == self.procs[0]) & (k_corr >= 0) & (c < len(self.lut))
-            pos = np.full(len(k_corr), -1, np.int64)
-            pos[ok] = self.lut[c[ok]]
-            return pos >= 0, pos
         pi = np.searchsorted(self.procs, k_gpid)
         known = self.procs[np.minimum(pi, len(self.procs) - 1)] == k_gpid
         k_key = (pi.astype(np.int64) << 32) | (k_corr & 0xFFFFFFFF)
-        pos = np.minimum(np.searchsorted(self.keys, k_key), n - 1)
+        pos = np.minimum(np.searchsorted(self.keys, k_key), self.n - 1)
         hit = known & (k_corr >= 0) & (self.keys[pos] == k_key)
-        return hit, pos
+        pos[~hit] = -1
+        return pos
 
 
-def _used_ids(ids1: np.ndarray) -> np.ndarray:
-    """The distinct values of an array of string ids + 1 (0: none), ascending."""
-    if len(ids1) == 0:
-        return np.zeros(0, np.int64)
-    top = int(ids1.max())
-    if top >= 1 << 26:
-        return np.unique(ids1)
-    seen = np.zeros(top + 1, bool)
-    for a in range(0, len(ids1), _ROWS_PER_READ):  # a slice at a time: no full-length index temporary
-        seen[ids1[a:a + _ROWS_PER_READ]] = True
-    return np.flatnonzero(seen)
+def _dictionary(con: sqlite3.Connection, ids1: np.ndarray, seen: np.ndarray | None,
+                transform=None) -> tuple[tuple[str, ...], np.ndarray]:
+    """The sorted distinct strings of a column of string ids + 1 (0: none), and the lookup table
+    from id + 1 to their codes. seen: which ids + 1 occur, if the reader marked them (else np.unique).
 
-
-def _to_codes(ids1: np.ndarray, used: np.ndarray, lookup: dict[int, str], transform=None) -> tuple[str, ...]:
-    """Turn string ids + 1 (0: none), in place, into codes into the sorted distinct strings.
-
-    Distinct ids may map to the same string (e.g. after transform): they share a code.
+    Distinct ids may map to the same string (e.g. after transform, or ids StringIds lacks: ""):
+    they share a code.
     """
     if len(ids1) == 0:
-        return ("",)
+        return ("",), np.zeros(1, ids1.dtype)
+    used = np.flatnonzero(seen) if seen is not None else np.unique(ids1)
+    lookup = _strings_for(con, used - 1)
     values = [lookup.get(int(u) - 1, "") for u in used]
     if transform:
         values = [transform(v) for v in values]
@@ -235,9 +222,22 @@ def _to_codes(ids1: np.ndarray, used: np.ndarray, lookup: dict[int, str], transf
     index = {v: i for i, v in enumerate(cats)}
     lut = np.zeros(int(used[-1]) + 1, ids1.dtype)
     lut[used] = [index[v] for v in values]
-    for a in range(0, len(ids1), _ROWS_PER_READ):  # in place, a slice at a time: no second full-length array
+    return cats, lut
+
+
+def _settle(fut: Future, fn: Callable[[], Any]) -> None:
+    """Run fn and hand its result, or its exception, to fut: threads waiting on fut raise the same."""
+    try:
+        fut.set_result(fn())
+    except BaseException as e:
+        fut.set_exception(e)
+        raise
+
+
+def _recode(ids1: np.ndarray, lut: np.ndarray) -> None:
+    """ids + 1 to codes, in place, a slice at a time: no second full-length array."""
+    for a in range(0, len(ids1), _ROWS_PER_READ):
         ids1[a:a + _ROWS_PER_READ] = lut[ids1[a:a + _ROWS_PER_READ]]
-    return cats
 
 
 def load_nsys_sqlite(path: str | Path) -> Trace:
@@ -315,21 +315,22 @@ def _load_nsys(con: sqlite3.Connection, p: Path, tables: set[str]) -> Trace:
     if absent:
         notes.append(f"nsys kernel table lacks optional column(s) {', '.join(absent)}: filled with -1.")
 
-    nrows = con.execute("SELECT COUNT(*) FROM CUPTI_ACTIVITY_KIND_KERNEL").fetchone()[0]
+    # Whether there are kernels at all; how many, the threads count while the runtime table is read.
+    any_rows = con.execute("SELECT 1 FROM CUPTI_ACTIVITY_KIND_KERNEL LIMIT 1").fetchone() is not None
     reader = _Reader(p)
     rt_notes: list[str] = []
-    runtime = _runtime_plan(con, tables, have, nrows, rt_notes)
+    runtime = _runtime_plan(con, tables, have, any_rows, rt_notes)
     nvtx: dict[str, Any] = {}
 
     def main_thread_share() -> None:  # the NVTX ranges and steps (Python objects) while the slices are read
         nvtx["ranges"] = _load_nvtx(con, tables, nvtx_notes)
         nvtx["steps"] = steps_from_ranges(nvtx["ranges"])
 
-    kt, unmatched = _read_kernels(con, reader, have, nrows, runtime, main_thread_share)
+    kt, unmatched = _read_kernels(con, reader, have, runtime, main_thread_share)
     if unmatched:
         rt_notes.append(f"{unmatched} kernel(s) have no matching runtime launch call (launch_api empty).")
     notes = nvtx_notes + notes + rt_notes
-    if nrows == 0:
+    if len(kt) == 0:
         notes.append("no GPU kernels: CUPTI_ACTIVITY_KIND_KERNEL is empty; the kernel table is empty.")
     elif not kt["is_graph"].any() and "CUPTI_ACTIVITY_KIND_GRAPH_TRACE" in tables:
         notes.append(
@@ -339,15 +340,15 @@ def _load_nsys(con: sqlite3.Connection, p: Path, tables: set[str]) -> Trace:
     return Trace(str(p), "nsys-sqlite", kt, nvtx["steps"], nvtx["ranges"], notes, meta)
 
 
-def _runtime_plan(con: sqlite3.Connection, tables: set[str], have: set[str], nrows: int,
+def _runtime_plan(con: sqlite3.Connection, tables: set[str], have: set[str], any_rows: bool,
                   notes: list[str]) -> tuple[str, list[tuple[str, int, int]], int, bool] | None:
     """How to read the runtime launch calls for the join: (query, slices, rows, join on correlation ids
     alone); None, with a note, where they cannot be joined."""
     if "CUPTI_ACTIVITY_KIND_RUNTIME" not in tables:
-        if nrows:
+        if any_rows:
             notes.append("no CUPTI_ACTIVITY_KIND_RUNTIME table: launch APIs, threads and launch times unknown.")
         return None
-    if not nrows:
+    if not any_rows:
         return None
     rcols = _table_columns(con, "CUPTI_ACTIVITY_KIND_RUNTIME")
     if not {"correlationId", "nameId", "start"} <= rcols:
@@ -362,7 +363,7 @@ def _runtime_plan(con: sqlite3.Connection, tables: set[str], have: set[str], nro
     return sql, _slices(con, "CUPTI_ACTIVITY_KIND_RUNTIME", nrt), nrt, corr_only
 
 
-def _read_runtime(reader: _Reader, plan: tuple[str, list[tuple[str, int, int]], int, bool]) -> _Launches:
+def _read_runtime(reader: _Reader, plan: tuple[str, list[tuple[str, int, int]], int, bool], id_type: type) -> _Launches:
     sql, slices, nrt, corr_only = plan
     cols = [np.empty(nrt, np.int64) for _ in range(4)]  # correlationId, globalTid, nameId, start
     for where, pos, k in slices:
@@ -371,7 +372,7 @@ def _read_runtime(reader: _Reader, plan: tuple[str, list[tuple[str, int, int]], 
             raise sqlite3.DatabaseError("the runtime table changed while it was read")
         for out, col in zip(cols, got):
             out[pos:pos + k] = col
-    return _Launches(cols, corr_only)
+    return _Launches(cols, corr_only, id_type)
 
 
 def _slices(con: sqlite3.Connection, table: str, nrows: int) -> list[tuple[str, int, int]]:
@@ -393,13 +394,13 @@ def _slices(con: sqlite3.Connection, table: str, nrows: int) -> list[tuple[str, 
     return [(f" WHERE rowid >= {r} AND rowid < {r + step}", r - lo, min(step, hi + 1 - r)) for r in range(lo, hi + 1, step)]
 
 
-def _read_kernels(con: sqlite3.Connection, reader: _Reader, have: set[str], nrows: int,
-                  runtime: tuple | None, main_thread_share: Callable[[], None]) -> tuple[KernelTable, int]:
+def _read_kernels(con: sqlite3.Connection, reader: _Reader, have: set[str], runtime: tuple | None,
+                  main_thread_share: Callable[[], None]) -> tuple[KernelTable, int]:
     """The kernel table, read a slice of rowids at a time straight into its final arrays, on up to
-    two threads (connectorx and numpy release the GIL): this one and a helper that first reads the
-    runtime table; this one first runs main_thread_share. Peak memory: the table plus the slices in
-    flight. Returns it and the count of kernels with no launch call."""
-    n = nrows
+    two threads (connectorx and numpy release the GIL). This thread counts the rows, allocates the
+    table and runs main_thread_share while a helper reads the runtime table; then both take slices
+    from one queue. Peak memory: the table plus the slices in flight. Returns it and the count of
+    kernels with no launch call."""
     # (output key, SQL expression) for each column read; optional columns the export lacks stay -1.
     exprs = {"start_ns": '"start"', "end_ns": '"end"'}
     for key, c, _ in _NSYS_KERNEL_NUMERIC[2:]:
@@ -414,24 +415,36 @@ def _read_kernels(con: sqlite3.Connection, reader: _Reader, have: set[str], nrow
     direct = [k for k in ("start_ns", "device", "stream", "corr_id", "grid_x", "grid_y", "grid_z", "block_x",
                           "block_y", "block_z", "regs") if k in exprs]
     smem_read = "smem_static" in exprs or "smem_dynamic" in exprs
-    # Arrays every slice writes whole start empty; the rest -1 (missing).
-    whole = set(direct) | {"end_ns", "pid", "graph_id", "graph_node_id"} | ({"smem_bytes"} if smem_read else set())
-    num = {c: np.empty(n, dt) if c in whole else np.full(n, -1, dt)
-           for c, dt in NUMERIC_COLUMNS.items() if c != "is_graph"}
-    wide = (con.execute("SELECT MAX(id) FROM StringIds").fetchone()[0] or 0) > _WIDE_IDS
-    id_type = np.int64 if wide else np.int32  # ids + 1 pass through the code arrays
-    name1 = np.empty(n, id_type)
-    short1, api1 = np.zeros(n, id_type), np.zeros(n, id_type)
     end_at = list(exprs).index("end_ns")
-    missing = np.full(_ROWS_PER_READ, -1, np.int64)
+    max_id = con.execute("SELECT MAX(id) FROM StringIds").fetchone()[0] or 0
+    id_type = np.int64 if max_id > _WIDE_IDS else np.int32  # ids + 1 pass through the code arrays
+    # Which string ids occur, marked slice by slice (ids + 1; 0: none); very large ids: np.unique at the end.
+    mark = max_id < 1 << 26
+    code_cols = ["name"] + (["short"] if "short_id" in exprs else []) + (["api"] if runtime is not None else [])
+    seen = {c: np.zeros(max(max_id, 0) + 2 if mark else 0, bool) for c in code_cols}
+    t: dict[str, Any] = {}  # the table's arrays and the slices still to read, once counted
+    allocated: Future = Future()
     launches: Future = Future()
+
+    def allocate() -> None:
+        n = t["n"] = con.execute("SELECT COUNT(*) FROM CUPTI_ACTIVITY_KIND_KERNEL").fetchone()[0]
+        # Arrays every slice writes whole start empty; the rest -1 (missing).
+        whole = set(direct) | {"end_ns", "pid", "graph_id", "graph_node_id", "is_graph"}
+        whole |= ({"smem_bytes"} if smem_read else set()) | ({"tid", "launch_ns"} if runtime is not None else set())
+        t["num"] = {c: np.empty(n, dt) if c in whole else np.full(n, -1, dt) for c, dt in NUMERIC_COLUMNS.items()}
+        t["name"] = np.empty(n, id_type)
+        t["short"] = np.empty(n, id_type) if "short_id" in exprs else np.zeros(n, id_type)
+        t["api"] = np.empty(n, id_type) if runtime is not None else np.zeros(n, id_type)
+        t["todo"] = iter(_slices(con, "CUPTI_ACTIVITY_KIND_KERNEL", n))
+
+    missing = np.full(_ROWS_PER_READ, -1, np.int64)
 
     def one(where: str, pos: int, k: int) -> int:
         cols, nulls = reader.read(sql + where)
         if len(cols[0]) != k:
             raise sqlite3.DatabaseError("the kernel table changed while it was read")
         got = dict(zip(exprs, cols))
-        sl = slice(pos, pos + k)
+        num, sl = t["num"], slice(pos, pos + k)
         none = missing[:k] if k <= len(missing) else np.full(k, -1, np.int64)
         for key in direct:
             if key in NARROWED:
@@ -453,80 +466,102 @@ def _read_kernels(con: sqlite3.Connection, reader: _Reader, have: set[str], nrow
             out, g = num[key][sl], got.get(key, none)
             out[:] = g
             out[g <= 0] = -1
-        np.add(got["name_id"], 1, out=name1[sl], casting="unsafe")
+        # Replayed from a graph: a graph or node id here; a graph launch call is added at the end.
+        isg = num["is_graph"][sl]
+        np.greater(num["graph_id"][sl], 0, out=isg)
+        isg |= num["graph_node_id"][sl] > 0
+        np.add(got["name_id"], 1, out=t["name"][sl], casting="unsafe")
         if "short_id" in got:
-            np.add(got["short_id"], 1, out=short1[sl], casting="unsafe")
+            np.add(got["short_id"], 1, out=t["short"][sl], casting="unsafe")
         gpid = got.get("gpid", none)
         has_pid = gpid >= 0
         pid = num["pid"][sl]
-        np.copyto(pid, np.where(has_pid, (gpid >> 24) & 0xFFFFFF, -1))
         rt = launches.result()
         if rt is None:
-            return 0
-        hit, at = rt.match(got.get("corr_id", none), gpid)
-        at = at[hit]
-        gt = rt.gtid[at]
-        num["tid"][sl][hit] = np.where(gt >= 0, gt & 0xFFFFFF, -1)
-        pid[hit & ~has_pid] = np.where(gt >= 0, (gt >> 24) & 0xFFFFFF, -1)[~has_pid[hit]]
-        num["launch_ns"][sl][hit] = rt.start[at]
-        api1[sl][hit] = rt.name_id[at] + 1
-        return int(k - len(at))
+            np.copyto(pid, np.where(has_pid, (gpid >> 24) & 0xFFFFFF, -1))
+            unmatched = 0
+        else:
+            at = rt.match(got.get("corr_id", none), gpid)
+            # The kernel's own process where the export has it, else its launching thread's.
+            np.copyto(pid, np.where(has_pid, (gpid >> 24) & 0xFFFFFF, rt.pid[at]))
+            np.take(rt.tid, at, out=num["tid"][sl])
+            np.take(rt.start, at, out=num["launch_ns"][sl])
+            np.take(rt.api1, at, out=t["api"][sl])
+            unmatched = int(np.count_nonzero(at < 0))
+        for c in code_cols:
+            ids1 = t[c][sl]
+            if k and ids1.min() < 0:  # a negative string id names no string
+                np.maximum(ids1, 0, out=ids1)
+            if mark and k and ids1.max() < len(seen[c]):
+                seen[c][ids1] = True
+            elif k:
+                t["unmarked"] = True  # an id StringIds does not hold: np.unique at the end
+        return unmatched
 
     def read_runtime() -> None:
-        try:
-            launches.set_result(_read_runtime(reader, runtime) if runtime else None)
-        except BaseException as e:  # the slices waiting for the join raise it
-            launches.set_exception(e)
-            raise
+        _settle(launches, lambda: _read_runtime(reader, runtime, id_type) if runtime else None)
 
-    todo = iter(_slices(con, "CUPTI_ACTIVITY_KIND_KERNEL", n))
     lock = Lock()
 
     def drain() -> int:  # slices until none is left, shared by both threads
+        allocated.result()
         unmatched = 0
         while True:
             with lock:
-                sl = next(todo, None)
+                sl = next(t["todo"], None)
             if sl is None:
                 return unmatched
             unmatched += one(*sl)
 
-    if min(_WORKERS, os.cpu_count() or 1) > 1:
-        with ThreadPoolExecutor(1) as ex:
+    def main_first() -> None:
+        _settle(allocated, allocate)
+        main_thread_share()
+
+    def recode(cols: list[str]) -> None:
+        for c in cols:
+            _recode(t[c], dicts[c][1])
+        if "api" in cols:  # replayed from a graph: launched by a graph launch call
+            graph_api = np.array(["GraphLaunch" in a for a in dicts["api"][0]], dtype=bool)
+            if graph_api.any():
+                isg = t["num"]["is_graph"]
+                for a in range(0, len(isg), _ROWS_PER_READ):
+                    isg[a:a + _ROWS_PER_READ] |= graph_api[t["api"][a:a + _ROWS_PER_READ]]
+
+    two = min(_WORKERS, os.cpu_count() or 1) > 1
+    with ThreadPoolExecutor(1 if two else None) as ex:
+        if two:
             helper = ex.submit(lambda: (read_runtime(), drain())[1])
             try:
-                main_thread_share()
+                main_first()
                 unmatched = drain()
             except BaseException:
-                todo = iter(())  # the helper takes no further slice
+                t["todo"] = iter(())  # the helper takes no further slice
                 raise
             unmatched += helper.result()
-    else:
-        read_runtime()
-        main_thread_share()
-        unmatched = drain()
-
-    used = _used_ids(name1)
-    name_cats = _to_codes(name1, used, _strings_for(con, used - 1))
-    if "shortName" in have:
-        used_s = _used_ids(short1)
-        short_cats = _to_codes(short1, used_s, _strings_for(con, used_s - 1))
-    else:
-        # Derive from the demangled name, the same way the Kineto loader does.
-        short_map = {c: short_kernel_name(c) for c in name_cats}
-        short_cats = tuple(sorted(set(short_map.values()))) or ("",)
-        idx = {v: i for i, v in enumerate(short_cats)}
-        remap = np.array([idx[short_map[c]] for c in name_cats], dtype=np.int32)
+        else:
+            read_runtime()
+            main_first()
+            unmatched = drain()
+        # Strings to codes: the dictionaries here (sqlite3 stays on its thread), then the other columns
+        # recoded on the helper while this one recodes the names.
+        unmarked = not mark or t.get("unmarked", False)
+        dicts = {c: _dictionary(con, t[c], None if unmarked else seen[c], normalize_launch_api if c == "api" else None)
+                 for c in code_cols}
+        rest = ex.submit(recode, code_cols[1:]) if two else None
+        recode(["name"] if two else code_cols)
+        if rest is not None:
+            rest.result()
+    n, num = t["n"], t["num"]
+    name1, name_cats = t["name"], dicts["name"][0]
+    if "short" in dicts:
+        short1, short_cats = t["short"], dicts["short"][0]
+    else:  # derived from the demangled name, the same way the Kineto loader does
+        short_cats, remap = short_names(name_cats)
         short1 = remap[name1]
-    if runtime is not None:
-        used_a = _used_ids(api1)
-        launch_cats = _to_codes(api1, used_a, _strings_for(con, used_a - 1), normalize_launch_api)
-    else:
-        launch_cats = ("",)
-    num["is_graph"] = graph_mask(num["graph_id"], num["graph_node_id"], api1, launch_cats)
+    launch_cats = dicts["api"][0] if "api" in dicts else ("",)
     kt = KernelTable(
         num,
-        {"source": np.broadcast_to(np.int32(0), n), "name": name1, "short_name": short1, "launch_api": api1},
+        {"source": np.broadcast_to(np.int32(0), n), "name": name1, "short_name": short1, "launch_api": t["api"]},
         {"source": ("nsys",), "name": name_cats, "short_name": short_cats, "launch_api": launch_cats},
     )
     return kt, unmatched

@@ -87,3 +87,91 @@ def test_a_path_with_uri_characters_is_read_and_nothing_else_is_created(tmp_path
     before = sorted(tmp_path.rglob("*"))
     assert len(load_trace(p).kernels) > 0
     assert sorted(tmp_path.rglob("*")) == before
+
+
+VM = 1 << 56
+
+
+def _gpid(pid: int) -> int:
+    return VM | (pid << 24)
+
+
+def _join_export(path, runtime, kernels):
+    """A minimal nsys export: runtime rows (corr, globalTid, api, start) and kernel rows (corr, globalPid),
+    kernels 1 us apart in rowid order."""
+    con = sqlite3.connect(path)
+    con.execute("CREATE TABLE StringIds (id INTEGER PRIMARY KEY, value TEXT)")
+    con.executemany("INSERT INTO StringIds VALUES (?, ?)",
+                    [(1, "k"), (2, "cudaLaunchKernel_v7000"), (3, "cudaGraphLaunch_v10000")])
+    con.execute("CREATE TABLE CUPTI_ACTIVITY_KIND_RUNTIME (start INTEGER, end INTEGER, globalTid INTEGER, "
+                "correlationId INTEGER, nameId INTEGER)")
+    con.executemany("INSERT INTO CUPTI_ACTIVITY_KIND_RUNTIME VALUES (?, ?, ?, ?, ?)",
+                    [(s, s + 5, g, c, a) for c, g, a, s in runtime])
+    con.execute('CREATE TABLE CUPTI_ACTIVITY_KIND_KERNEL (start INTEGER, "end" INTEGER, deviceId INTEGER, '
+                "streamId INTEGER, correlationId INTEGER, globalPid INTEGER, demangledName INTEGER)")
+    con.executemany("INSERT INTO CUPTI_ACTIVITY_KIND_KERNEL VALUES (?, ?, 0, 7, ?, ?, 1)",
+                    [(1000 * (i + 1), 1000 * (i + 1) + 500, c, g) for i, (c, g) in enumerate(kernels)])
+    con.commit()
+    con.close()
+    return path
+
+
+def _reference_join(runtime, kernels):
+    """Each kernel's (pid, tid, launch_ns, launch_api), joined row by row as the docstrings say."""
+    corr_only = not any(g is not None and g >= 0 for _, g in kernels)
+    out = []
+    for kc, kg in kernels:
+        kg = -1 if kg is None else kg
+        hit = None
+        if kc is not None and kc >= 0:
+            for c, g, a, s in runtime:  # the first runtime row wins
+                rg = -1 if g is None or g < 0 else g & ~0xFFFFFF
+                if c is not None and (c & 0xFFFFFFFF) == (kc & 0xFFFFFFFF) and (corr_only or rg == kg):
+                    hit = (g, a, s)
+                    break
+        g = -1 if hit is None or hit[0] is None else hit[0]
+        pid = (kg >> 24) & 0xFFFFFF if kg >= 0 else ((g >> 24) & 0xFFFFFF if g >= 0 else -1)
+        api = {2: "cudaLaunchKernel", 3: "cudaGraphLaunch"}.get(hit[1], "") if hit else ""
+        out.append((pid, g & 0xFFFFFF if g >= 0 else -1, hit[2] if hit else -1, api))
+    return out
+
+
+_G1, _G2 = _gpid(633), _gpid(700)
+_JOINS = {
+    # one process (the lookup table): runtime rows out of correlation order, a correlation id twice (the first
+    # row wins), a kernel with no launch call, one with no correlation id, one of a process with no launches
+    "one process, unsorted": (
+        [(5, _G1 | 633, 2, 50), (3, _G1 | 634, 3, 30), (4, _G1 | 633, 2, 40), (3, _G1 | 635, 2, 31)],
+        [(3, _G1), (5, _G1), (2, _G1), (None, _G1), (4, _G2), (3, _G1)]),
+    # a launch with no thread and a kernel with no process: it matches that launch (both unknown), and
+    # takes its launching thread's process where there is one
+    "unknown threads": (
+        [(5, _G1 | 633, 2, 50), (1, None, 2, 10), (3, _G1 | 634, 3, 30), (3, None, 2, 31)],
+        [(1, None), (3, None), (3, _G1), (5, None), (5, _G1)]),
+    # correlation ids too sparse for the lookup table: the binary search
+    "one process, sparse ids": (
+        [(7, _G1 | 633, 2, 70), (3_000_000_000, _G1 | 634, 3, 30)],
+        [(3_000_000_000, _G1), (7, _G1), (8, _G1)]),
+    # two processes reusing correlation ids
+    "two processes": (
+        [(5, _G1 | 633, 2, 50), (5, _G2 | 701, 3, 51), (6, _G2 | 702, 2, 60)],
+        [(5, _G2), (5, _G1), (6, _G1), (6, _G2)]),
+    # no kernel knows its process: correlation ids alone
+    "no globalPid": (
+        [(2, _G1 | 633, 2, 20), (1, _G2 | 701, 3, 10)],
+        [(1, None), (2, None), (3, None)]),
+}
+
+
+@pytest.mark.parametrize("case", sorted(_JOINS))
+@pytest.mark.parametrize("rows_per_read,workers", [(2, 2), (1 << 15, 1)])
+def test_runtime_join_matches_a_row_by_row_reference(tmp_path, monkeypatch, case, rows_per_read, workers):
+    runtime, kernels = _JOINS[case]
+    monkeypatch.setattr(nsys, "_ROWS_PER_READ", rows_per_read)
+    monkeypatch.setattr(nsys, "_WORKERS", workers)
+    tr = load_trace(_join_export(tmp_path / "j.sqlite", runtime, kernels))
+    k = tr.kernels
+    got = list(zip(k["pid"].tolist(), k["tid"].tolist(), k["launch_ns"].tolist(), list(k["launch_api"])))
+    assert got == _reference_join(runtime, kernels)
+    unmatched = sum(1 for r in got if r[3] == "")
+    assert any(f"{unmatched} kernel(s) have no matching" in n for n in tr.notes) == (unmatched > 0)

@@ -27,6 +27,7 @@ from evidence.analysis.analyze import compute_analysis  # noqa: E402
 from evidence.analysis.load import load_run  # noqa: E402
 from evidence.figures import figure_bytes  # noqa: E402
 from evidence.report.context import render_report  # noqa: E402
+from evidence.report.layout import HEADLINE_CAVEATS  # noqa: E402
 
 WIDTH, HEIGHT = 1280, 800
 
@@ -40,6 +41,10 @@ window.addEventListener('load', function () {
     viewport: [window.innerWidth, window.innerHeight],
     headline_img: box(img), img_natural: img ? [img.naturalWidth, img.naturalHeight] : null,
     verdicts: box(document.querySelector('#verdicts')), caveats: box(document.querySelector('#caveats')),
+    caveat_items: document.querySelectorAll('#headline ul.caveats li').length,
+    more_caveats: box(document.querySelector('#headline p.more a')),
+    all_caveats: box(document.querySelector('#all-caveats')),
+    all_caveat_items: document.querySelectorAll('#all-caveats li').length,
     first_table: box(document.querySelector('table')),
     tables_outside_details: Array.from(document.querySelectorAll('table')).filter(function (t) {
       return !t.closest('details'); }).map(function (t) { return box(t).top; }),
@@ -116,6 +121,14 @@ def test_headline_figure_and_verdicts_on_the_first_screen(browser_page: dict) ->
     assert m["verdicts"]["top"] < HEIGHT / 2 and m["caveats"]["top"] < HEIGHT, (m["verdicts"], m["caveats"])
     # the verdicts sit beside the figure, not under it
     assert m["verdicts"]["left"] > img["right"]
+
+
+def test_headline_caveats_fit_the_first_screen(browser_page: dict) -> None:
+    """A few caveats and the link to all of them end within the first screen; the full list is further down."""
+    m = browser_page["m"]
+    assert 1 <= m["caveat_items"] <= HEADLINE_CAVEATS < m["all_caveat_items"], m
+    assert m["more_caveats"] and m["more_caveats"]["bottom"] <= HEIGHT, m["more_caveats"]
+    assert m["all_caveats"]["top"] > HEIGHT
 
 
 def test_no_table_before_the_figure(browser_page: dict) -> None:

@@ -24,7 +24,7 @@ from evidence.analysis.numbers import label
 from evidence.canon import write_atomic
 from evidence.figures import COLORS, DPI, RC, REPEAT_MARKERS
 from evidence.report.format import join_flags, num, pct, section, table, text
-from evidence.report.layout import comparison_line, verdict_lines
+from evidence.report.layout import comparison_line, headline, verdict_lines
 from evidence.resources import TEMPLATES
 
 INDEX_FIGURE = "index_throughput.png"
@@ -46,6 +46,8 @@ def index_entry(run_id: str, analysis: dict, report_href: str, **extra: Any) -> 
                     "cv": p["output_throughput"]["cv"], "values": by_point.get(p["point"], [])}
                    for p in analysis["points"]],
         "verdicts": verdict_lines(analysis), "caveats": list(analysis.get("caveats") or []),
+        # the run report's headline caveats (layout.headline): the few that matter most, none restating a verdict
+        "headline_caveats": headline(analysis)["caveats"] if analysis.get("caveats") else [],
         "report": report_href, **extra,
     }
 
@@ -199,6 +201,15 @@ def _md_html(text: str) -> str:
     return markdown.markdown(text, extensions=["tables"], output_format="html") if text else ""
 
 
+def _caveats_line(r: dict) -> list[str]:
+    """A run's caveats for its index section: those of its report's headline, and how many more its report has."""
+    cav, top = r["caveats"], r.get("headline_caveats") or r["caveats"]
+    if not cav:
+        return []
+    lead = "Caveats" if len(top) == len(cav) else f"Caveats ({len(top)} of {len(cav)}; every one in the run's report)"
+    return [f"{lead}: {' '.join(top)}"]
+
+
 def render_index(release_runs: list[dict], compare: dict | None, out: Path, *, title: str | None = None,
                  notes: str | None = None) -> list[Path]:
     """Write index.md, index.html (figure embedded) and the figure's PNG to `out`; return their paths.
@@ -215,7 +226,7 @@ def render_index(release_runs: list[dict], compare: dict | None, out: Path, *, t
                                 bullets=list(compare.get("caveats") or [])))
     for r in runs:
         sections.append(section(f"run-{r['id']}", f"Run {r['id']}", bullets=r["verdicts"],
-                                paragraphs=[r["title"]] + ([f"Caveats: {' '.join(r['caveats'])}"] if r["caveats"] else [])))
+                                paragraphs=[r["title"]] + _caveats_line(r)))
     if compare is not None:
         sections.append(section("differs", "Appendix: what differs between the runs", tables=_differs_tables(compare),
                                 appendix=True))

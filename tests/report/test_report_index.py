@@ -109,3 +109,19 @@ def test_release_folder_index(release: dict, tmp_path: Path) -> None:
                                                                f"data/{INDEX_FIGURE}"]
     for f in files:
         assert f.read_bytes() == (release["out"] / f.name).read_bytes(), f.name
+
+
+def test_run_sections_carry_the_headline_caveats(release: dict, tmp_path: Path) -> None:
+    """Each run's section shows its report's headline caveats (none restating a verdict), and how many more exist."""
+    for r in release["runs"]:  # four caveats, none restated: all of them, as before
+        assert r["headline_caveats"] and len(r["headline_caveats"]) == len(r["caveats"])
+        assert f"Caveats: {' '.join(r['headline_caveats'])}" in release["md"]
+    run = build_run(tmp_path, spec=demo_spec(comparisons=[(4, 16), (1, 4)]), failed={"r1-c4": 1}, missing=("r2-c16",))
+    res = compute_analysis(load_run(run))
+    e = index_entry(run.name, res, "report/x/report.html")
+    render_index([e], None, tmp_path / "out")
+    md = (tmp_path / "out" / "index.md").read_text(encoding="utf-8")
+    n, top = len(res["caveats"]), e["headline_caveats"]
+    assert len(top) == 4 < n and f"Caveats (4 of {n}; every one in the run's report): {' '.join(top)}" in md
+    restated = [c for c in res["caveats"] if c.startswith("Not significant: C4 vs C16")]
+    assert restated and restated[0] not in md

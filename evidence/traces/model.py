@@ -44,6 +44,8 @@ __all__ = [
     "NUMERIC_COLUMNS",
     "NARROWED",
     "check_fits",
+    "table_order",
+    "reorder_in_place",
     "STRING_COLUMNS",
     "COLUMNS",
     "STEP_PATTERN",
@@ -108,6 +110,23 @@ def check_fits(col: str, arr: np.ndarray) -> None:
             raise ValueError(f"column {col} holds values outside the {info.bits}-bit range ({lo}..{hi})")
 
 
+def table_order(num: dict[str, np.ndarray]) -> np.ndarray | None:
+    """The order of a kernel table's rows: by start, end, device, stream (ties keep their input order);
+    None where the rows are in it already."""
+    start = num["start_ns"]
+    if len(start) < 2 or (start[1:] > start[:-1]).all():  # strictly increasing: in order
+        return None
+    order = np.lexsort((num["stream"], num["device"], num["end_ns"], start))
+    return None if np.array_equal(order, np.arange(len(start))) else order
+
+
+def reorder_in_place(columns: dict[str, np.ndarray], order: np.ndarray) -> None:
+    """Put a dict's columns in the given row order, one at a time: the peak holds one column more
+    (where the dict holds the only reference), not a second table."""
+    for k in columns:
+        columns[k] = columns[k][order]
+
+
 class KernelTable:
     """One row per kernel execution; columns are numpy arrays of equal length.
 
@@ -147,12 +166,10 @@ class KernelTable:
             if len(arr) != n:
                 raise ValueError(f"column {col} has {len(arr)} rows, expected {n}")
         self._decoded: dict[str, np.ndarray] = {}
-        start = self._num["start_ns"]
-        if sort and n > 1 and not (start[1:] > start[:-1]).all():  # strictly increasing: already in order
-            order = np.lexsort((self._num["stream"], self._num["device"], self._num["end_ns"], start))
-            if not np.array_equal(order, np.arange(n)):
-                self._num = {k: v[order] for k, v in self._num.items()}
-                self._codes = {k: v[order] for k, v in self._codes.items()}
+        order = table_order(self._num) if sort else None
+        if order is not None:
+            self._num = {k: v[order] for k, v in self._num.items()}
+            self._codes = {k: v[order] for k, v in self._codes.items()}
 
     # -- access -------------------------------------------------------------
     def __len__(self) -> int:

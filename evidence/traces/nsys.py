@@ -27,8 +27,8 @@ from urllib.parse import quote
 import numpy as np
 
 from evidence.traces.model import (
-    NARROWED, NUMERIC_COLUMNS, KernelTable, Range, Trace, TraceError, check_fits, normalize_launch_api, short_names,
-    steps_from_ranges,
+    NARROWED, NUMERIC_COLUMNS, KernelTable, Range, Trace, TraceError, check_fits, normalize_launch_api,
+    reorder_in_place, short_names, steps_from_ranges, table_order,
 )
 
 __all__ = ["load_nsys_sqlite"]
@@ -91,13 +91,8 @@ class _Reader:
             t = self._cx.read_sql(self.url, sql, return_type="arrow")
         except Exception as e:  # connectorx raises plain RuntimeError/ValueError from Rust
             raise sqlite3.DatabaseError(str(e).splitlines()[0] if str(e) else type(e).__name__) from None
-        cols, nulls = [], {}
-        for i, col in enumerate(t.columns):
-            v, null = self._column(t.schema.field(i).name, col)
-            cols.append(v)
-            if null is not None:
-                nulls[i] = null
-        return cols, nulls
+        got = [self._column(t.schema.field(i).name, col) for i, col in enumerate(t.columns)]
+        return [v for v, _ in got], {i: null for i, (_, null) in enumerate(got) if null is not None}
 
     def _column(self, name: str, col) -> tuple[np.ndarray, np.ndarray | None]:
         if col.type.equals(self._null) or col.null_count == len(col):
@@ -498,7 +493,7 @@ def _read_kernels(con: sqlite3.Connection, reader: _Reader, have: set[str], runt
                 t["unmarked"] = True  # an id StringIds does not hold: np.unique at the end
         return unmatched
 
-    def read_runtime() -> None:
+    def read_runtime() -> None:  # the slices, waiting for the join, raise what it raises
         _settle(launches, lambda: _read_runtime(reader, runtime, id_type) if runtime else None)
 
     lock = Lock()
@@ -551,18 +546,23 @@ def _read_kernels(con: sqlite3.Connection, reader: _Reader, have: set[str], runt
         recode(["name"] if two else code_cols)
         if rest is not None:
             rest.result()
-    n, num = t["n"], t["num"]
-    name1, name_cats = t["name"], dicts["name"][0]
+    num, ids = t.pop("num"), {c: t.pop(c) for c in ("name", "api") + (("short",) if "short" in dicts else ())}
+    order = table_order(num)  # nsys writes rows per buffer flush, not always in time order
+    if order is not None:
+        reorder_in_place(num, order)
+        reorder_in_place(ids, order)
+    name_cats = dicts["name"][0]
     if "short" in dicts:
-        short1, short_cats = t["short"], dicts["short"][0]
+        short_cats = dicts["short"][0]
     else:  # derived from the demangled name, the same way the Kineto loader does
         short_cats, remap = short_names(name_cats)
-        short1 = remap[name1]
+        ids["short"] = remap[ids["name"]]
     launch_cats = dicts["api"][0] if "api" in dicts else ("",)
     kt = KernelTable(
         num,
-        {"source": np.broadcast_to(np.int32(0), n), "name": name1, "short_name": short1, "launch_api": t["api"]},
-        {"source": ("nsys",), "name": name_cats, "short_name": short_cats, "launch_api": launch_cats},
+        {"source": np.broadcast_to(np.int32(0), t["n"]), "name": ids["name"], "short_name": ids["short"],
+         "launch_api": ids["api"]},
+        {"source": ("nsys",), "name": name_cats, "short_name": short_cats, "launch_api": launch_cats}, sort=False,
     )
     return kt, unmatched
 

@@ -175,3 +175,21 @@ def test_runtime_join_matches_a_row_by_row_reference(tmp_path, monkeypatch, case
     assert got == _reference_join(runtime, kernels)
     unmatched = sum(1 for r in got if r[3] == "")
     assert any(f"{unmatched} kernel(s) have no matching" in n for n in tr.notes) == (unmatched > 0)
+
+
+def test_rows_out_of_time_order_load_to_the_same_table(tmp_path, monkeypatch):
+    """nsys writes kernels per buffer flush, not always by start time: the reader puts them in order."""
+    p = write_nsys_sqlite(tmp_path / "t.sqlite", _scenario())
+    shuffled = tmp_path / "shuffled.sqlite"
+    shutil.copy(p, shuffled)
+    con = sqlite3.connect(shuffled)
+    n = con.execute("SELECT COUNT(*) FROM CUPTI_ACTIVITY_KIND_KERNEL").fetchone()[0]
+    con.execute(f"CREATE TABLE k2 AS SELECT * FROM CUPTI_ACTIVITY_KIND_KERNEL ORDER BY (rowid * 7919) % {n}")
+    con.execute("DROP TABLE CUPTI_ACTIVITY_KIND_KERNEL")
+    con.execute("ALTER TABLE k2 RENAME TO CUPTI_ACTIVITY_KIND_KERNEL")
+    con.commit()
+    first = [r[0] for r in con.execute("SELECT start FROM CUPTI_ACTIVITY_KIND_KERNEL LIMIT 50")]
+    con.close()
+    assert first != sorted(first)
+    monkeypatch.setattr(nsys, "_ROWS_PER_READ", 7)
+    _same(load_trace(p), load_trace(shuffled))

@@ -44,8 +44,8 @@ _NSYS_KERNEL_NUMERIC = (
     ("graph_node_id", "graphNodeId", False), ("name_id", "demangledName", False), ("short_id", "shortName", False),
     ("mangled_id", "mangledName", False),
 )
-_ROWS_PER_READ = 1 << 15  # kernel rows per Arrow read: bounds the memory in flight (~300 bytes a row)
-_WORKERS = 2  # threads reading slices: two already overlap SQLite's work with numpy's
+_ROWS_PER_READ = 1 << 15  # rows per Arrow read: fewer calls cost less; each slice in flight holds ~190 B a row
+_WORKERS = 2  # threads reading slices; each more holds a slice and connectorx's setup (~7 MB): memory
 _WIDE_IDS = 2**31 - 2  # string ids above this do not fit the int32 code arrays they pass through
 
 

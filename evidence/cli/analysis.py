@@ -105,10 +105,12 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Compute the analysis tables of a run from its raw records.
 
-        Writes analysis.json and CSVs (per trial, per point, paired comparisons with
-        verdicts, latency side by side, dominance, ordering, telemetry, goodput) to
-        RUN/analysis/. A pure function of the raw files: running it twice gives the
-        same bytes. Exit 2 when RUN is not a run directory.
+        Writes analysis.json and CSVs (per trial, per point, paired comparisons
+        with verdicts, latency per point with 95% intervals, latency side by side,
+        dominance, ordering, telemetry, goodput) to RUN/analysis/. A pure function
+        of the raw files: running it twice gives the same bytes. In Python the same
+        tables are typed pandas DataFrames: evidence.analysis.frames(analysis_json).
+        Exit 2 when RUN is not a run directory.
         """
         from evidence.analysis.analyze import analyze_run, default_out_dir
         from evidence.analysis.load import NotARunDir

@@ -4,16 +4,20 @@ The per-repeat statistic (a trial's p50, p99, mean... of a latency metric, compu
 `latency.mean_over_repeats`) is the observation. Latency is positive and right-skewed, so the interval is worked
 out on logs, as the throughput comparisons are: the two-sided 95% t interval (scipy.stats.t, n - 1 degrees of
 freedom) of the mean of ln(statistic) over the units, back-transformed by exp. It is therefore an interval around
-the geometric mean (stored as `geometric_mean`), asymmetric and always above 0. `value` stays the arithmetic mean
-over the repeats that the tables show; it is not the interval's centre (it exceeds the geometric mean by about
-sd^2/2 in relative terms).
+its centre, exp(mean of the units' ln) (stored as `geometric_mean`), asymmetric and always above 0. That centre
+is the geometric mean of the repeats when the repeat is the unit (or the sessions hold equal numbers of repeats);
+with the session as the unit and uneven sessions it is exp(mean of the sessions' mean logs), which weighs each
+session alike, not the geometric mean of all repeats. `value` stays the arithmetic mean over the repeats that the
+tables show; it is not the interval's centre (it exceeds the geometric mean by about sd^2/2 in relative terms).
 
 The unit follows `evidence.analysis.stats`: the repeat, unless the point's trials come from two or more engine
 sessions whose mean logs differ by more than their repeats explain (`stats.variance_components` on ln(statistic):
 between-session sd above 0); then the session is the unit, valued by the mean of ln over its repeats (repeats
 inside one server start cannot speak for the next). With fewer than 2 units there is no interval: `ci_low` and
 `ci_high` are null and `absent` says why, never a zero-width interval. A statistic <= 0 (not a latency) has no
-logarithm: no interval, and `absent` says so. A zero spread over 2 or more units is a point interval and says so.
+logarithm: no interval, and `absent` says so. A value that is not finite (NaN, inf) comes first: no interval, and
+`value` is null too (a mean over it would be NaN or inf, no number). `absent_short` is the reason in a few words,
+for a table cell or a legend. A zero spread over 2 or more units is a point interval and says so.
 
 Assumption (stated in each entry's `procedure`): the logs of the per-unit statistics are roughly normal and
 independent.
@@ -35,12 +39,14 @@ LEVEL = 0.95
 
 METHOD = ("per point, latency metric and statistic (mean, median, percentiles): the statistic computed within each "
           "trial; the two-sided 95% t interval (scipy.stats.t, n - 1 df) of the mean of ln(statistic) over the units, "
-          "back-transformed by exp, so the interval is around the geometric mean (geometric_mean), asymmetric and "
-          "positive; 'value' is the arithmetic mean over repeats (the tables' number), not the interval's centre. "
+          "back-transformed by exp, so the interval is around exp(mean ln over the units) (geometric_mean: the "
+          "repeats' geometric mean, or with uneven engine sessions as the unit exp of the mean of the sessions' mean "
+          "logs), asymmetric and positive; 'value' is the arithmetic mean over repeats (the tables' number), not the "
+          "interval's centre. "
           "The unit is the repeat; when the point's trials span 2 or more engine sessions whose mean logs differ "
           "(between-session sd of ln above 0, one-way random-effects ANOVA as in the paired test) the unit is the "
           "session, valued by the mean of ln over its repeats. Fewer than 2 units, or a statistic <= 0: no interval "
-          "(absent, with the reason). Assumes roughly normal, independent logs of the per-unit statistics. "
+          "(absent, with the reason); a statistic that is not finite: no interval and no value. Assumes roughly normal, independent logs of the per-unit statistics. "
           "Stored as points[].latency[metric].intervals[stat]")
 
 
@@ -49,14 +55,16 @@ def interval(values: Sequence[float], sessions: Sequence[int] | None = None, *, 
     """The mean of per-repeat `values` and the back-transformed t interval of their mean log, with the unit decided
     as the paired test decides it.
 
-    Returns {value, geometric_mean, ci_low, ci_high, n, unit, level, procedure} (+ `absent` when there is no
-    interval, + `components` (log scale) when sessions were weighed, + `note`)."""
+    Returns {value, geometric_mean, ci_low, ci_high, n, unit, level, procedure} (+ `absent` and `absent_short` when
+    there is no interval, + `components` (log scale) when sessions were weighed, + `note`). `geometric_mean` is
+    exp(mean ln over the units): with uneven sessions as the unit, exp of the mean of the sessions' mean logs."""
     x = np.asarray([float(v) for v in values], dtype=float)
     if sessions is not None and len(sessions) != len(x):
         raise ValueError(f"{what}: {len(sessions)} session labels for {len(x)} values")
     sess = [int(s) for s in sessions] if sessions is not None else [1] * len(x)
     labels = sorted(set(sess))
-    positive = bool(len(x)) and bool((x > 0).all())
+    finite = bool(np.isfinite(x).all())  # NaN <= 0 is False: a NaN would pass as positive, so it is checked first
+    positive = finite and bool(len(x)) and bool((x > 0).all())
     unit, comp, note = "repeat", None, None
     lu = np.log(x) if positive else x  # the units' ln values (unused when not all positive)
     if positive and len(labels) >= 2:
@@ -73,24 +81,34 @@ def interval(values: Sequence[float], sessions: Sequence[int] | None = None, *, 
             unit = "session"  # one repeat per session: the repeats are the sessions
     n = len(lu)
     units = "repeats" if unit == "repeat" else "engine sessions (each valued by the mean of ln over its repeats)"
+    # exp(mean of the units' ln): with uneven sessions as the unit, not the geometric mean of all repeats
+    centre = ("the geometric mean" if unit == "repeat" else
+              "exp of the mean of the sessions' mean logs (the repeats' geometric mean when the sessions are even)")
     out: dict[str, Any] = {
-        "value": float(np.mean(x)) if len(x) else None, "geometric_mean": None, "ci_low": None, "ci_high": None,
+        "value": float(np.mean(x)) if len(x) and finite else None, "geometric_mean": None, "ci_low": None, "ci_high": None,
         "n": n, "unit": unit, "level": level,
         "procedure": (f"{100 * level:g}% t interval (n - 1 df) of the mean of ln(per-trial {what}) over {n} {units}, "
-                      "back-transformed by exp: an interval around the geometric mean, asymmetric and positive "
+                      f"back-transformed by exp: an interval around {centre}, asymmetric and positive "
                       "('value' is the arithmetic mean over repeats, not its centre); assumes roughly normal, "
                       "independent logs"),
     }
     if comp is not None:
         out["components"] = {"scale": "ln", **{k: comp[k] for k in ("sessions", "repeats", "sd_within", "sd_between",
                                                                       "f_p")}}
-    if len(x) and not positive:
+    if not finite:
+        bad = float(x[~np.isfinite(x)][0])
+        out["absent"] = (f"a per-trial {what} is not finite ({bad:g}): no interval, and no mean over repeats "
+                         "(value is null)")
+        out["absent_short"] = "a trial's value is not finite"
+    elif len(x) and not positive:
         bad = float(x[x <= 0][0])
         out["absent"] = (f"a per-trial {what} of {bad:g} (<= 0) has no logarithm: no log-scale interval "
                          "(a latency should be positive)")
+        out["absent_short"] = f"a trial's value is {bad:g}"
     elif n < 2:
         out["absent"] = (f"{'no' if n == 0 else 'one'} measured {unit}: an interval needs at least 2 "
                          f"{'repeats' if unit == 'repeat' else 'sessions'}")
+        out["absent_short"] = f"n = {n}"
     else:
         m, sd = float(np.mean(lu)), float(np.std(lu, ddof=1))
         out["geometric_mean"] = math.exp(m)
@@ -103,6 +121,16 @@ def interval(values: Sequence[float], sessions: Sequence[int] | None = None, *, 
     if note:
         out["note"] = note
     return out
+
+
+def absent_short(iv: dict) -> str | None:
+    """The reason an interval is absent, in a few words (None when it is present). An analysis.json from before
+    `absent_short` had two reasons: fewer than 2 units, else a per-trial value <= 0."""
+    if iv.get("ci_low") is not None and not iv.get("absent"):
+        return None
+    if iv.get("absent_short"):
+        return str(iv["absent_short"])
+    return f"n = {iv['n']}" if iv["n"] < 2 else "a trial's value is <= 0"
 
 
 def shown_keys(percentiles: Sequence[float]) -> list[str]:
@@ -141,4 +169,4 @@ def attach_intervals(res: dict, rows: dict[str, dict]) -> None:
     res["methods"]["latency_intervals"] = METHOD
 
 
-__all__ = ["LEVEL", "METHOD", "interval", "shown_keys", "point_intervals", "attach_intervals"]
+__all__ = ["LEVEL", "METHOD", "interval", "absent_short", "shown_keys", "point_intervals", "attach_intervals"]

@@ -14,7 +14,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from rundir_fixtures import build_run, demo_spec  # noqa: E402
 
 from evidence.analysis.analyze import compute_analysis  # noqa: E402
-from evidence.analysis.latency import interval  # noqa: E402
+from evidence.analysis.latency import absent_short, interval  # noqa: E402
 from evidence.analysis.load import load_run  # noqa: E402
 
 
@@ -59,6 +59,38 @@ def test_non_positive_value_has_no_interval() -> None:
     assert iv["ci_low"] is None and iv["ci_high"] is None and iv["geometric_mean"] is None
     assert "ITL p50 of 0 (<= 0) has no logarithm" in iv["absent"]
     assert iv["value"] == pytest.approx(22.0 / 3) and iv["n"] == 3
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), -float("inf")])
+def test_non_finite_value_has_no_interval_and_no_value(bad: float) -> None:
+    # a NaN passed the "<= 0" check (NaN <= 0 is False) and then crashed with an IndexError
+    iv = interval([10.0, bad, 12.0], [1, 1, 2], what="ITL p50")
+    assert iv["value"] is None and iv["geometric_mean"] is None
+    assert iv["ci_low"] is None and iv["ci_high"] is None and iv["n"] == 3
+    assert iv["absent"].startswith(f"a per-trial ITL p50 is not finite ({bad:g})") and "value is null" in iv["absent"]
+    assert iv["absent_short"] == "a trial's value is not finite" == absent_short(iv)
+    # a non-finite value is named even where a value <= 0 comes first
+    assert interval([0.0, bad])["absent_short"] == "a trial's value is not finite"
+
+
+def test_short_reasons() -> None:
+    assert absent_short(interval([10.0, 0.0, 12.0])) == "a trial's value is 0"
+    assert absent_short(interval([7.5])) == "n = 1" and absent_short(interval([])) == "n = 0"
+    assert absent_short(interval([10.0, 12.0])) is None and "absent_short" not in interval([10.0, 12.0])
+    # an analysis.json from before absent_short: the reason follows from n
+    old = {"value": 5.0, "ci_low": None, "ci_high": None, "n": 3, "absent": "a per-trial ITL p50 of 0 (<= 0) ..."}
+    assert absent_short(old) == "a trial's value is <= 0"
+    assert absent_short(dict(old, n=1, absent="one measured repeat: ...")) == "n = 1"
+
+
+def test_uneven_sessions_centre_is_the_sessions_mean_log() -> None:
+    # sessions of 1 and 3 repeats that differ: the centre weighs each session alike, not each repeat
+    iv = interval([10.0, 20.0, 21.0, 22.0], [1, 2, 2, 2])
+    assert (iv["unit"], iv["n"]) == ("session", 2)
+    s2 = (math.log(20) + math.log(21) + math.log(22)) / 3
+    assert iv["geometric_mean"] == pytest.approx(math.exp((math.log(10) + s2) / 2), rel=1e-12)
+    assert iv["geometric_mean"] != pytest.approx((10 * 20 * 21 * 22) ** 0.25, rel=1e-3)
+    assert "an interval around exp of the mean of the sessions' mean logs" in iv["procedure"]
 
 
 @pytest.mark.parametrize("values", [[], [7.5]])
@@ -107,7 +139,8 @@ def test_attached_to_analysis(tmp_path: Path) -> None:
     run = build_run(tmp_path, spec=demo_spec(comparisons=[(4, 16)]), missing=("r2-c16", "r3-c16"))
     res = compute_analysis(load_run(run))
     assert "back-transformed by exp" in res["methods"]["latency_intervals"]
-    assert "around the geometric mean" in res["methods"]["latency_intervals"]
+    assert "around exp(mean ln over the units)" in res["methods"]["latency_intervals"]
+    assert "exp of the mean of the sessions' mean logs" in res["methods"]["latency_intervals"]
     by = {p["point"]: p for p in res["points"]}
     for m in ("ttft", "tpot", "itl", "e2el"):
         lat = by[4]["latency"][m]

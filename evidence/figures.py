@@ -41,7 +41,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
 from evidence.analysis.analyze import compute_analysis
-from evidence.analysis.latency import shown_keys
+from evidence.analysis.latency import absent_short, shown_keys
 from evidence.analysis.load import RunData, load_run
 from evidence.analysis.model import Analysis
 from evidence.analysis.numbers import label
@@ -219,8 +219,8 @@ def _fig_latency_conc(res: dict) -> Figure:
                 xs.append(P * off)
                 ys.append(iv["value"])
                 span.append(iv["value"])
-                if iv["ci_low"] is None:
-                    open_pts.append((P * off, iv["value"]))  # no bar at all: a zero-width one would claim certainty
+                if iv["ci_low"] is None:  # no bar at all: a zero-width one would claim certainty
+                    open_pts.append((P * off, iv["value"], absent_short(iv)))
                 else:
                     # yerr is [distance below, distance above] a centre: the geometric mean lies inside the
                     # interval, the arithmetic mean (the marker) need not
@@ -237,9 +237,10 @@ def _fig_latency_conc(res: dict) -> Figure:
                               zorder=3, label=f"{key}: mean, 95% interval")
                 with_bar[mk] = eb  # one legend entry: the marker over its bar
             if open_pts:
+                why = sorted({o[2] for o in open_pts})  # one reason named; several differ per point: the table's
                 ax.scatter([o[0] for o in open_pts], [o[1] for o in open_pts], marker=marker, s=40, facecolors="white",
-                           edgecolors=color, zorder=4, label=f"{key}: fewer than 2 repeats, no interval",
-                           gid=f"no-interval-{m}-{key}")
+                           edgecolors=color, zorder=4, gid=f"no-interval-{m}-{key}",
+                           label=f"{key}: no interval ({why[0] if len(why) == 1 else 'see table'})")
             tx = [t["point"] * off for t in res["trials"] if ((t.get("latency") or {}).get(m) or {}).get(key) is not None]
             ty = [t["latency"][m][key] for t in res["trials"] if ((t.get("latency") or {}).get(m) or {}).get(key) is not None]
             ax.scatter(tx, ty, s=9, color=color, alpha=0.4, lw=0, zorder=2)

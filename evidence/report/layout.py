@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from evidence.analysis.caveats import pair_about
-from evidence.analysis.latency import shown_keys
+from evidence.analysis.latency import absent_short, shown_keys
 from evidence.analysis.numbers import label
 from evidence.metrics import METRICS
 from evidence.report.format import num, pct, table
@@ -153,15 +153,15 @@ def latency_concurrency_table(res: dict) -> dict:
             ivs = (p["latency"].get(m) or {}).get("intervals") or {}
             for k in keys:
                 iv = ivs.get(k)
-                if not iv or iv.get("value") is None:
+                if not iv or (iv.get("value") is None and not iv.get("absent")):
                     row.append("n/a")
                     continue
                 units.add(iv["unit"])
                 over.add(f"{iv['n']} {'engine session' if iv['unit'] == 'session' else 'repeat'}"
                          + ("s" if iv["n"] != 1 else ""))
                 ci = (f" ({num(iv['ci_low'], 1)} to {num(iv['ci_high'], 1)})" if iv.get("ci_low") is not None
-                      else f" (no interval: n = {iv['n']})")
-                row.append(num(iv["value"], 1) + ci)
+                      else f" (no interval: {absent_short(iv)})")  # the reason, not only n: a 0 has no log
+                row.append((num(iv["value"], 1) if iv.get("value") is not None else "n/a") + ci)
         row[2] = ", ".join(sorted(over)) or "n/a"  # the interval's n: what its t has n - 1 df over
         rows.append(row)
     headers = ["point", "repeats", "interval over"] + [f"{m.upper()} {k} ({METRICS[m].unit if m in METRICS else 'ms'})"
@@ -173,7 +173,8 @@ def latency_concurrency_table(res: dict) -> dict:
                  "Each cell is the mean over repeats of the per-trial percentile; in parentheses its 95% t interval "
                  f"(n - 1 df) across repeats, the unit being {unit}, worked out on the logarithm of the percentile "
                  "and back-transformed: it lies around the geometric mean, so it is asymmetric and stays above 0; "
-                 "with fewer than 2 units there is no interval. "
+                 "with fewer than 2 units, or a trial's value of 0 or less (no logarithm), there is no interval, "
+                 "and the cell says which. "
                  "The figure above shows the same numbers with every repeat as a dot. TTFT = time to first token; "
                  "TPOT = time per output token after the first; ITL = gap between streamed chunks; E2EL = whole "
                  "request. All repeats pooled, and every other statistic, are in the latency distribution tables below.")

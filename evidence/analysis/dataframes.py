@@ -209,10 +209,12 @@ def _point_latency(res: dict, stats: list[str]) -> pd.DataFrame:
 
 def _point_latency_intervals(res: dict, stats: list[str]) -> pd.DataFrame:
     """Long form of points[].latency[m].intervals (evidence.analysis.latency): one row per point, metric and
-    statistic; value_ms is the mean over repeats, the interval the back-transformed t interval on ln (around the
-    geometric mean). No interval: empty bounds and `absent` says why."""
-    h = [("point", "count"), ("metric", "text"), ("stat", "text"), ("value_ms", "ms"), ("ci_low_ms", "ms"),
-         ("ci_high_ms", "ms"), ("n", "count"), ("unit", "text"), ("level", "frac"), ("absent", "text")]
+    statistic; value_ms is the mean over repeats, geometric_mean_ms the interval's centre (exp of the mean ln over
+    the units), the interval the back-transformed t interval on ln. No interval: empty bounds and `absent` says why.
+    An analysis.json from before the intervals: value_ms from mean_over_repeats where it has one, no interval."""
+    h = [("point", "count"), ("metric", "text"), ("stat", "text"), ("value_ms", "ms"), ("geometric_mean_ms", "ms"),
+         ("ci_low_ms", "ms"), ("ci_high_ms", "ms"), ("n", "count"), ("unit", "text"), ("level", "frac"),
+         ("absent", "text")]
     rows = []
     for p in res["points"]:
         lat = p["latency"]
@@ -221,12 +223,14 @@ def _point_latency_intervals(res: dict, stats: list[str]) -> pd.DataFrame:
             for st in stats:
                 iv = (ivs or {}).get(st)
                 if iv is None:
+                    mean = lat[m].get("mean_over_repeats")
                     why = ("no interval in this analysis.json (written before the intervals)" if ivs is None and
-                           lat[m].get("mean_over_repeats") else "not measured in any trial of the point")
-                    rows.append([p["point"], m, st, None, None, None, None, None, None, why])
+                           mean else "not measured in any trial of the point")
+                    rows.append([p["point"], m, st, (mean or {}).get(st) if ivs is None else None] + [None] * 6
+                                + [why])
                     continue
-                rows.append([p["point"], m, st, iv["value"], iv["ci_low"], iv["ci_high"], iv["n"], iv["unit"],
-                             iv["level"], iv.get("absent")])
+                rows.append([p["point"], m, st, iv["value"], iv.get("geometric_mean"), iv["ci_low"], iv["ci_high"],
+                             iv["n"], iv["unit"], iv["level"], iv.get("absent")])
     return _frame(h, rows)
 
 

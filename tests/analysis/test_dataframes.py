@@ -223,10 +223,10 @@ def test_the_writer_fixes_decimals_signs_quoting_and_refuses_unknown_columns():
 
 def test_point_latency_intervals_long_form(fr, res):
     df = fr["point_latency_intervals"]
-    assert list(df.columns) == ["point", "metric", "stat", "value_ms", "ci_low_ms", "ci_high_ms", "n", "unit", "level",
-                                "absent"]
-    assert [str(t) for t in df.dtypes] == ["Int64", "string", "string", "float64", "float64", "float64", "Int64",
-                                           "string", "float64", "string"]
+    assert list(df.columns) == ["point", "metric", "stat", "value_ms", "geometric_mean_ms", "ci_low_ms", "ci_high_ms",
+                                "n", "unit", "level", "absent"]
+    assert [str(t) for t in df.dtypes] == ["Int64", "string", "string", "float64", "float64", "float64", "float64",
+                                           "Int64", "string", "float64", "string"]
     # one row per point, metric and statistic that analysis.json holds an interval for, with its numbers
     want = [(p["point"], m, st, iv) for p in res["points"] for m in ("ttft", "tpot", "itl", "e2el", "slot_wait")
             for st, iv in p["latency"][m]["intervals"].items()]
@@ -235,9 +235,12 @@ def test_point_latency_intervals_long_form(fr, res):
         assert (r.value_ms, r.n, r.unit, r.level) == (iv["value"], iv["n"], iv["unit"], 0.95)
         if iv["ci_low"] is None:
             assert math.isnan(r.ci_low_ms) and math.isnan(r.ci_high_ms) and r.absent == iv["absent"]
+            assert math.isnan(r.geometric_mean_ms)
         else:
             assert (r.ci_low_ms, r.ci_high_ms) == (iv["ci_low"], iv["ci_high"]) and r.absent is pd.NA
-            assert 0 < r.ci_low_ms < r.ci_high_ms
+            # the interval's centre, which the arithmetic mean (value_ms) need not be
+            assert r.geometric_mean_ms == iv["geometric_mean"]
+            assert 0 < r.ci_low_ms < r.geometric_mean_ms <= r.value_ms < r.ci_high_ms
     # C16 keeps one measured repeat (r2 missing, r3 completed nothing): no interval, and the reason
     c16 = df[(df["point"] == 16) & (df["metric"] == "ttft") & (df["stat"] == "p99")].iloc[0]
     assert c16["n"] == 1 and math.isnan(c16["ci_low_ms"]) and "one measured repeat" in c16["absent"]
@@ -252,8 +255,12 @@ def test_point_latency_intervals_of_an_older_analysis_say_why_absent(res):
         for lat in p["latency"].values():
             lat.pop("intervals", None)
     df = frames(old)["point_latency_intervals"]
-    assert df["ci_low_ms"].isna().all() and df["value_ms"].isna().all()
+    assert df["ci_low_ms"].isna().all() and df["geometric_mean_ms"].isna().all() and df["n"].isna().all()
     assert set(df["absent"]) == {"no interval in this analysis.json (written before the intervals)"}
+    # the mean over repeats is still in the older file: value_ms shows it rather than an empty cell
+    for r in df.itertuples():
+        mean = next(p for p in old["points"] if p["point"] == r.point)["latency"][r.metric]["mean_over_repeats"]
+        assert r.value_ms == mean[r.stat] and not math.isnan(r.value_ms)
 
 
 def test_file_names_without_formatting(res):

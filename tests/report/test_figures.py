@@ -70,13 +70,17 @@ from evidence.figures import build_figure, concurrency_path, figure_bytes  # noq
 
 
 @pytest.fixture(scope="module")
-def knee_run(tmp_path_factory) -> tuple:
+def knee_dir(tmp_path_factory) -> Path:
     # C4 out-produces C16 (300 vs 280 tok/s) at a higher latency: the curve turns back at the knee. TTFT spans
     # 50x across the points (10 ms to 500 ms), so the ECDF's axis is logarithmic. C16 keeps one repeat.
     root = tmp_path_factory.mktemp("knee")
-    run = build_run(root, spec=demo_spec(comparisons=[(4, 16)]), missing=("r2-c16", "r3-c16"),
-                    latency={1: (0.01, 0.005), 4: (0.05, 0.008), 16: (0.5, 0.02)})
-    data = load_run(run)
+    return build_run(root, spec=demo_spec(comparisons=[(4, 16)]), missing=("r2-c16", "r3-c16"),
+                     latency={1: (0.01, 0.005), 4: (0.05, 0.008), 16: (0.5, 0.02)})
+
+
+@pytest.fixture(scope="module")
+def knee_run(knee_dir: Path) -> tuple:
+    data = load_run(knee_dir)
     return data, compute_analysis(data)
 
 
@@ -139,3 +143,18 @@ def test_new_figure_bytes_deterministic_in_process(knee_run: tuple) -> None:
     assert a["latency_vs_concurrency.png"] == b["latency_vs_concurrency.png"]
     assert a["latency_vs_concurrency.svg"] == b["latency_vs_concurrency.svg"]
     assert list(a) == [f"{n}.{e}" for n in FIGURE_NAMES for e in ("png", "svg")]
+
+
+def test_new_figure_bytes_identical_across_processes_and_hash_seeds(knee_run: tuple, knee_dir: Path,
+                                                                     tmp_path: Path) -> None:
+    # The knee run draws what the in-process test above cannot vouch for across processes: interval bars,
+    # hollow markers, the concurrency path's arrows, log ticks. Two fresh interpreters, hash seeds 0 and
+    # 4242, and this process (its own seed) must give the same bytes for every figure.
+    out0, out1 = tmp_path / "seed0", tmp_path / "seed4242"
+    _render_in_subprocesses(knee_dir, [(out0, "0"), (out1, "4242")])
+    a, b = read_text_tree(out0), read_text_tree(out1)
+    here = figure_bytes(*knee_run)
+    assert sorted(k for k in a if k != "render.json") == sorted(here)
+    for name in here:
+        assert a[name] == b[name], f"{name} differs between PYTHONHASHSEED=0 and 4242"
+        assert a[name] == here[name], f"{name} differs between a fresh process and this one"

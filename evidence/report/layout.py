@@ -153,7 +153,7 @@ def latency_concurrency_table(res: dict) -> dict:
             ivs = (p["latency"].get(m) or {}).get("intervals") or {}
             for k in keys:
                 iv = ivs.get(k)
-                if not iv or (iv.get("value") is None and not iv.get("absent")):
+                if not iv or (iv.get("value") is None and not iv.get("n")):  # nothing measured: no reason to give
                     row.append("n/a")
                     continue
                 units.add(iv["unit"])

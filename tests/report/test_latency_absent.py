@@ -40,6 +40,9 @@ def test_table_names_a_non_finite_value() -> None:
     # no value (a mean over a NaN is none), but the cell still says why rather than a bare n/a
     t = latency_concurrency_table(_res({"p50": interval([1.0, float("nan"), 2.0]), "p99": interval([7.5])}))
     assert t["rows"][0][3:] == ["n/a (no interval: a trial's value is not finite)", "7.5 (no interval: n = 1)"]
+    # nothing measured at all: a bare n/a, and no "0 repeats" in the interval-over column
+    t = latency_concurrency_table(_res({"p50": interval([]), "p99": interval([4.0, 5.0])}))
+    assert t["rows"][0][2:] == ["2 repeats", "n/a", "4.5 (1.1 to 18.5)"]
 
 
 @pytest.fixture(scope="module")

@@ -3,6 +3,7 @@
 Tests marked `engine` need the engine's venv (.venv-vllm, made by
 `evidence engine install-cpu`). Without it they are skipped with that reason,
 unless the environment variable CI is set: in CI a missing engine is a failure.
+The same holds for every other prerequisite (skip_unless_ci): CI has them all.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NoReturn
 
 import pytest
 
@@ -30,13 +32,24 @@ def engine_missing_reason() -> str | None:
     return None
 
 
-def require_engine() -> None:
-    reason = engine_missing_reason()
-    if reason is None:
-        return
+def skip_unless_ci(reason: str) -> NoReturn:
+    """A prerequisite this machine lacks: a skip with the reason here, a failure under CI, where `make test`
+    installs every package, the engine venv and the Debian tools, the releases are in the clone and ../shared
+    lies beside it; so a skip can never hide a test that CI should have run."""
     if os.environ.get("CI"):
         pytest.fail(f"CI is set and {reason}", pytrace=False)
     pytest.skip(reason)
+
+
+def skipif_unless_ci(missing: bool, reason: str) -> pytest.MarkDecorator:
+    """skip_unless_ci as a marker: a skip where `missing`, except under CI, where the test runs (and fails)."""
+    return pytest.mark.skipif(missing and not os.environ.get("CI"), reason=f"{reason} (under CI: runs, and fails)")
+
+
+def require_engine() -> None:
+    reason = engine_missing_reason()
+    if reason is not None:
+        skip_unless_ci(reason)
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:

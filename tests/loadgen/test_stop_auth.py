@@ -54,7 +54,10 @@ def test_stop_between_requests_returns_completed_records(stack):
                       on_request_done=done)
     m = r.meta.as_dict()
     assert m["interrupted"]["reason"] == "test"
-    assert 1 <= len(r.records) <= 3 and len(r.records) == m["interrupted"]["completed"]
+    # the first completion sets the flag; at most the other request in flight and one dispatched in the same
+    # event-loop turn can still finish
+    assert 1 <= len(r.records) <= 3, len(r.records)
+    assert len(r.records) == m["interrupted"]["completed"]
     assert m["interrupted"]["not_sent"] == 10 - len(r.records) and m["interrupted"]["cancelled"] == 0
     assert all(x.ok and x.completion_tokens == 6 for x in r.records)
     assert m["counts"] == {"requests": len(r.records), "ok": len(r.records), "failed": 0}

@@ -9,7 +9,6 @@ fail: a CI that cannot render the page has not tested it.
 from __future__ import annotations
 
 import json
-import os
 import re
 import shutil
 import struct
@@ -21,6 +20,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from conftest import skip_unless_ci  # noqa: E402
 from rundir_fixtures import build_run, demo_spec  # noqa: E402
 
 from evidence.analysis.analyze import compute_analysis  # noqa: E402
@@ -71,9 +71,7 @@ def _chromium() -> str:
         except (OSError, subprocess.TimeoutExpired) as e:
             why = f"chromium did not start: {e}"
     if why:
-        if os.environ.get("CI"):
-            pytest.fail(f"{why}; under CI the browser test must run")
-        pytest.skip(why)
+        skip_unless_ci(why)
     return exe
 
 
@@ -81,10 +79,8 @@ def _run(exe: str, args: list[str], profile: Path) -> subprocess.CompletedProces
     cmd = [exe, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars", "--no-first-run",
            f"--user-data-dir={profile}", f"--window-size={WIDTH},{HEIGHT}", "--virtual-time-budget=5000", *args]
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=180)
-    if r.returncode != 0 and os.environ.get("CI"):
-        pytest.fail(f"chromium failed ({r.returncode}): {r.stderr[-800:]}")
-    elif r.returncode != 0:
-        pytest.skip(f"chromium failed ({r.returncode}): {r.stderr[-300:]}")
+    if r.returncode != 0:
+        skip_unless_ci(f"chromium failed ({r.returncode}): {r.stderr[-800:]}")
     return r
 
 

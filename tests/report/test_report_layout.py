@@ -16,6 +16,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from rundir_fixtures import build_run, default_engine_resolved, demo_spec  # noqa: E402
+from conftest import skip_unless_ci  # noqa: E402
 
 from evidence.analysis.analyze import compute_analysis  # noqa: E402
 from evidence.analysis.load import load_run  # noqa: E402
@@ -228,7 +229,7 @@ def test_published_release_caveat_would_be_gone() -> None:
     """The committed release's A100-settings run: its restart changed only the quoted log lines."""
     raw = Path(__file__).resolve().parents[2] / "releases" / "article1-h200-v1.0" / "data" / "raw" / "h200-a100sched"
     if not raw.is_dir():
-        pytest.skip("the committed release is not in this checkout")
+        skip_unless_ci("the committed release is not in this checkout")
     data = load_run(raw)
     res = compute_analysis(data)
     assert res["setup"]["engine_resolved_changes"], "the published run has a second resolved.json"

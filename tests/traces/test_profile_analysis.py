@@ -10,7 +10,6 @@ Forwards are 201 us apart (the sampler, 5 us, sits in the middle of the idle).
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -26,14 +25,12 @@ from evidence.traces.analyses import (
 )
 from evidence.traces.load import load_trace
 from evidence.traces.model import TraceError
+from conftest import skip_unless_ci, skipif_unless_ci
 from trace_fixtures import (
-    BASE_NS, T0_REL_NS, ForwardSpec, cpu_only_kineto, explicit, real_trace, vllm_scenario, write_kineto_json,
+    BASE_NS, REAL, T0_REL_NS, ForwardSpec, cpu_only_kineto, explicit, real_trace, vllm_scenario, write_kineto_json,
     write_nsys_sqlite,
 )
 
-# The shared data folder sits beside the repository: <root>/shared next to <root>/main.
-SHARED = Path(__file__).resolve().parents[3] / "shared"
-REAL = SHARED / "data" / "h200-vllm0.26-torch-profiler"
 T0 = BASE_NS + T0_REL_NS
 DECODE_LAYER = 62_000  # 52 us + 10 us attention
 MIXED_LAYER = 92_000  # 52 us + 40 us attention
@@ -448,7 +445,7 @@ def test_window_helpers():
 # The real H200 traces, checked against their README
 # ---------------------------------------------------------------------------
 
-real = pytest.mark.skipif(not REAL.is_dir(), reason=f"shared trace data not found at {REAL}")
+real = skipif_unless_ci(not REAL.is_dir(), f"shared trace data not found at {REAL}")
 FACTS = {
     # file: (kernel events, steps, steps with prefill, prefill steps below the budget as (N, T, M, G))
     "trace-c128.pt.trace.json.gz": (68_019, 150, 34, [(1, 512, 16, 16), (3, 1453, 125, 125)]),
@@ -459,7 +456,7 @@ FACTS = {
 @pytest.fixture(scope="module", params=sorted(FACTS))
 def real_result(request):
     if not REAL.is_dir():
-        pytest.skip(f"shared trace data not found at {REAL}")
+        skip_unless_ci(f"the shared trace data is not at {REAL}")
     tr = real_trace(request.param)
     return request.param, tr, analyze_trace(tr, n_layers=36, budget=2048)
 

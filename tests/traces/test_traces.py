@@ -5,7 +5,6 @@ from __future__ import annotations
 import gzip
 import json
 import sqlite3
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -16,14 +15,11 @@ from evidence.traces.model import (
     COLUMNS, TraceError, normalize_launch_api, parse_step_name, place_kernels_in_steps, short_kernel_name,
 )
 from evidence.traces.nsys import load_nsys_sqlite
+from conftest import skipif_unless_ci
 from trace_fixtures import (
-    BASE_NS, CACHE, FA2, GEMM_O, PID, SIDE, T0_REL_NS, TID, ForwardSpec, Kernel, Scenario, cpu_only_kineto,
+    BASE_NS, CACHE, REAL, FA2, GEMM_O, PID, SIDE, T0_REL_NS, TID, ForwardSpec, Kernel, Scenario, cpu_only_kineto,
     explicit, real_trace, vllm_scenario, write_kineto_json, write_nsys_sqlite,
 )
-
-# The shared data folder sits beside the repository: <root>/shared next to <root>/main.
-SHARED = Path(__file__).resolve().parents[3] / "shared"
-REAL = SHARED / "data" / "h200-vllm0.26-torch-profiler"
 
 STEP_DECODE = (0, 0, 8, 8)
 STEP_MIXED = (2, 2042, 6, 6)  # T + G = 2048
@@ -253,7 +249,7 @@ def test_small_helpers():
 # The real H200 traces (facts from their README)
 # ---------------------------------------------------------------------------
 
-real = pytest.mark.skipif(not REAL.is_dir(), reason=f"shared trace data not found at {REAL}")
+real = skipif_unless_ci(not REAL.is_dir(), f"shared trace data not found at {REAL}")
 
 
 @real

@@ -35,6 +35,7 @@ def derive_run(run_dir: Path, out_root: Path | None = None, *, parts: Iterable[s
     from evidence.analysis.load import load_run
     from evidence.figures import figure_bytes, render_figures
     from evidence.report.context import render_report
+    from evidence.traces.profile import analyze_profile
 
     parts = tuple(parts)
     unknown = sorted(set(parts) - set(PARTS))
@@ -48,9 +49,12 @@ def derive_run(run_dir: Path, out_root: Path | None = None, *, parts: Iterable[s
     say(STEPS[1])
     res = compute_analysis(data)
     out = Derived(res)
+    # the trace analyses feed both the tables and the report: read and analysed once
+    prof = analyze_profile(run_dir) if {"analysis", "report"} & set(parts) else None
     if "analysis" in parts:
         say(STEPS[2])
-        out.files["analysis"] = write_analysis(res, root / "analysis") + write_extras(run_dir, root / "analysis")
+        out.files["analysis"] = (write_analysis(res, root / "analysis")
+                                 + write_extras(run_dir, root / "analysis", profile=prof))
     figs = None
     if "figures" in parts or "report" in parts:
         say(STEPS[3])
@@ -60,7 +64,7 @@ def derive_run(run_dir: Path, out_root: Path | None = None, *, parts: Iterable[s
     if "report" in parts:
         say(STEPS[4])
         out.files["report"] = render_report(run_dir, root / "report", data=data, analysis=res, figures=figs,
-                                            templates_dir=templates_dir, figures_rel=figures_rel)
+                                            templates_dir=templates_dir, figures_rel=figures_rel, profile=prof)
     return out
 
 

@@ -259,13 +259,16 @@ def analyze_run(run_dir: Path, out_dir: Path | None = None) -> dict:
     return res
 
 
-def write_extras(run_dir: Path, out: Path) -> list[Path]:
-    """profile.json + profile_*.csv and anchor.json, when the run has the raw data for them."""
+def write_extras(run_dir: Path, out: Path, *, profile: Any = ...) -> list[Path]:
+    """profile.json + profile_*.csv and anchor.json, when the run has the raw data for them.
+
+    profile: the run's trace analyses when the caller has them (None: no profile); by default (...)
+    they are computed here (evidence.traces.profile.profile_of)."""
     from evidence.analysis.anchor import anchor_comparison
-    from evidence.traces.profile import analyze_profile, profile_csvs
+    from evidence.traces.profile import profile_csvs, profile_of
 
     written = []
-    prof = analyze_profile(Path(run_dir))
+    prof = profile_of(Path(run_dir), profile)
     if prof is not None:
         write_atomic(out / "profile.json", dumps(round_floats(prof)))
         written.append(out / "profile.json")

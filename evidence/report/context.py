@@ -23,6 +23,7 @@ import json
 import os
 import re
 from pathlib import Path
+from typing import Any
 
 from evidence.resources import TEMPLATES
 from evidence.analysis.analyze import METHODS, compute_analysis
@@ -382,7 +383,8 @@ def _dates(data: RunData) -> str:
 # ------------------------------------------------------------------- context ----
 
 
-def build_context(run_dir: Path, data: RunData, res: dict, figs: dict[str, bytes], figures_rel: str = "../figures") -> dict:
+def build_context(run_dir: Path, data: RunData, res: dict, figs: dict[str, bytes], figures_rel: str = "../figures",
+                  profile: Any = ...) -> dict:
     spec = data.spec
     have = [n[: -len(".png")] for n in figs if n.endswith(".png")]
     # A figure the layout does not place by name shows without a change here: one about latency against
@@ -408,7 +410,7 @@ def build_context(run_dir: Path, data: RunData, res: dict, figs: dict[str, bytes
     gp, gt = _goodput_tables(res)
     sections.append(section("goodput", "SLO goodput", paragraphs=gp, tables=gt))
     sections.append(section("trials", "Trials", tables=[_trials_table(res)]))
-    sections.extend(_profile_sections(run_dir))
+    sections.extend(_profile_sections(run_dir, profile))
     sections.extend(_anchor_sections(run_dir))
     head = headline(res)
     # every caveat, verbatim and in analysis order: the headline shows only the few that matter most
@@ -458,11 +460,11 @@ def build_context(run_dir: Path, data: RunData, res: dict, figs: dict[str, bytes
     }
 
 
-def _profile_sections(run_dir: Path) -> list[dict]:
+def _profile_sections(run_dir: Path, profile: Any = ...) -> list[dict]:
     """The article's trace analyses per profiled point (evidence.traces.profile), diagnostic only."""
-    from evidence.traces.profile import analyze_profile, profile_rows
+    from evidence.traces.profile import profile_of, profile_rows
 
-    prof = analyze_profile(run_dir)
+    prof = profile_of(run_dir, profile)
     if prof is None:
         return []
     rows = profile_rows(prof)
@@ -540,17 +542,19 @@ def _env(templates: Path):
 
 def render_report(run_dir: Path, out_dir: Path | None = None, *, data: RunData | None = None,
                   analysis: dict | None = None, figures: dict[str, bytes] | None = None,
-                  templates_dir: Path | None = None, figures_rel: str = "../figures") -> list[Path]:
+                  templates_dir: Path | None = None, figures_rel: str = "../figures",
+                  profile: Any = ...) -> list[Path]:
     """Write report.md and a self-contained report.html to out_dir (default run_dir/report); return them.
 
     The markdown links figures at ../figures/ (where `evidence report` writes them, in a run as in a
-    release); the HTML embeds them.
+    release); the HTML embeds them. profile: the run's trace analyses when the caller has them (None: no
+    profile); by default they are computed here.
     """
     run_dir = Path(run_dir)
     data = data if data is not None else load_run(run_dir)
     res = analysis if analysis is not None else compute_analysis(data)
     figs = figures if figures is not None else figure_bytes(data, res)
-    ctx = build_context(run_dir, data, res, figs, figures_rel=figures_rel)
+    ctx = build_context(run_dir, data, res, figs, figures_rel=figures_rel, profile=profile)
     env = _env(find_templates(templates_dir))
     out = Path(out_dir) if out_dir is not None else run_dir / REPORT
     written = []

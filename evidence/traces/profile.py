@@ -60,6 +60,13 @@ def _trace_files(folder: Path) -> list[Path]:
     return sorted(p for p in folder.iterdir() if p.is_file() and p.name.endswith(TRACE_NAMES) and p.name != META)
 
 
+def profile_of(run_dir: Path, given: Any = ...) -> dict[str, Any] | None:
+    """The run's trace analyses: `given` when a caller already has them (a dict, or None for a run without a
+    profile), else (`...`, the default) analyze_profile(run_dir). One pass over a run (evidence.derive) hands
+    them to the tables and the report, so the traces are read and analysed once."""
+    return analyze_profile(run_dir) if given is ... else given
+
+
 def analyze_profile(run_dir: Path) -> dict[str, Any] | None:
     """Analyses of every profiled point, or None when the run has no profile."""
     pdir = Path(run_dir) / PROFILE

@@ -24,7 +24,7 @@ from evidence.analysis.numbers import label
 from evidence.canon import write_atomic
 from evidence.figures import COLORS, DPI, RC, REPEAT_MARKERS
 from evidence.report.format import join_flags, num, pct, section, table, text
-from evidence.report.layout import comparison_line, headline, verdict_lines
+from evidence.report.layout import comparison_line, headline
 from evidence.resources import TEMPLATES
 
 INDEX_FIGURE = "index_throughput.png"
@@ -34,6 +34,7 @@ def index_entry(run_id: str, analysis: dict, report_href: str, **extra: Any) -> 
     """What the index shows of one run, from its analysis.json dict; `report_href` links its report.html
     relative to the index page (e.g. "report/h200-default/report.html" for an index in data/)."""
     c = analysis["completeness"]
+    head = headline(analysis)  # the verdict lines and the caveats of the run report's headline, worked out once
     by_point: dict[int, list[float]] = {}
     for t in analysis["trials"]:
         if t.get("status") == "present" and isinstance(t.get("output_throughput"), (int, float)):
@@ -45,9 +46,9 @@ def index_entry(run_id: str, analysis: dict, report_href: str, **extra: Any) -> 
         "points": [{"point": p["point"], "label": p["label"], "mean": p["output_throughput"]["mean"],
                     "cv": p["output_throughput"]["cv"], "values": by_point.get(p["point"], [])}
                    for p in analysis["points"]],
-        "verdicts": verdict_lines(analysis), "caveats": list(analysis.get("caveats") or []),
-        # the run report's headline caveats (layout.headline): the few that matter most, none restating a verdict
-        "headline_caveats": headline(analysis)["caveats"] if analysis.get("caveats") else [],
+        "verdicts": head["verdicts"], "caveats": list(analysis.get("caveats") or []),
+        # the run report's headline caveats: the few that matter most, none restating a verdict
+        "headline_caveats": head["caveats"] if analysis.get("caveats") else [],
         "report": report_href, **extra,
     }
 

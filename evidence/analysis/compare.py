@@ -29,7 +29,7 @@ from evidence.analysis.analyze import compute_analysis
 from evidence.analysis.findings import paired_comparison
 from evidence.analysis.load import NotARunDir, load_run
 from evidence.analysis.model import Analysis, Comparison
-from evidence.analysis.numbers import label, pct_text
+from evidence.analysis.numbers import interval_text, label, pct_text
 from evidence.rundir import SPEC_RESOLVED
 
 SHIFT_TEST = ("Welch's t on ln(output throughput) of the two runs' repeats at the point (unpaired: different "
@@ -282,7 +282,7 @@ def summary_lines(c: dict) -> list[str]:
     for p in c["points"]:
         ci = p["shift_ci95"]
         out.append(f"{p['label']} shift b vs a: {pct_text(p['shift'], 1, signed=True)} ("
-                   + (f"95% CI {pct_text(ci[0], 1, signed=True)} to {pct_text(ci[1], 1, signed=True)}, "
+                   + (f"95% CI {interval_text(ci)}, "
                       f"p {p['shift_p']:.3g}; " if ci else "") + f"{p['shift_verdict']}, Welch on logs)")
     for comp in c["comparisons"]:
         xa, xb = comp["run_a"], comp["run_b"]

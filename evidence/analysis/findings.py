@@ -7,7 +7,7 @@ import warnings
 from typing import Any, Sequence
 
 from evidence.analysis.load import TrialData
-from evidence.analysis.numbers import label, mean_of, pct_text, rel_of, round_floats
+from evidence.analysis.numbers import interval_text, label, mean_of, pct_text, rel_of, round_floats
 from evidence.analysis.stats import Paired, holm, paired
 from evidence.metrics import METRICS, pct_key
 from evidence.spec.model import Spec
@@ -35,7 +35,7 @@ def ci_text(r: dict | Paired) -> str:
     ci, lvl = d.get("ci95"), d.get("ci_level") or 0.95
     if not ci:
         return "no interval"
-    return f"{lvl * 100:.4g}% CI {pct_text(ci[0], 1, signed=True)} to {pct_text(ci[1], 1, signed=True)}"
+    return f"{lvl * 100:.4g}% CI {interval_text(ci)}"
 
 
 def p_text(p: float | None) -> str:

@@ -69,5 +69,10 @@ def pct_text(x: float | None, decimals: int = 3, signed: bool = False) -> str:
     return (f"{v:+.{decimals}f}%" if signed else f"{v:.{decimals}f}%")
 
 
+def interval_text(ci: Sequence[float | None]) -> str:
+    """A relative interval as '-5.9% to +34.2%' (signed percent, one decimal), the form every verdict uses."""
+    return f"{pct_text(ci[0], 1, signed=True)} to {pct_text(ci[1], 1, signed=True)}"
+
+
 def label(point: int) -> str:
     return f"C{point}"

@@ -55,7 +55,7 @@ def _points_table(res: dict) -> Table:
 def _comparisons_table(res: dict) -> Table:
     """Every declared comparison: the win count beside the interval, p and MDE it must not outrun."""
     from evidence.analysis.findings import p_text
-    from evidence.analysis.numbers import pct_text
+    from evidence.analysis.numbers import interval_text, pct_text
 
     t = Table(title="paired comparisons (output throughput; paired t on ln(a/b), Holm over the declared ones)")
     for col in ("comparison", "verdict", "wins a-b", "n", "effect", "95% CI", "p", "p (Holm)", "MDE"):
@@ -64,7 +64,7 @@ def _comparisons_table(res: dict) -> Table:
         ci = c["ci95"]
         t.add_row(c["name"], c["verdict"], f"{c['wins_a']}-{c['wins_b']}", f"{c['n_units']} {c['unit']}s",
                   pct_text(c["effect"], 1, signed=True),
-                  f"{pct_text(ci[0], 1, signed=True)} to {pct_text(ci[1], 1, signed=True)}" if ci else "n/a",
+                  interval_text(ci) if ci else "n/a",
                   p_text(c["p_value"]), p_text(c["p_adjusted"]), pct_text(c["mde"], 1))
     return t
 
@@ -191,17 +191,17 @@ def register(app: typer.Typer) -> None:
         the unit ("same direction on k of N hosts"), and the within- and between-host variance.
         """
         from evidence.analysis.load import NotARunDir
-        from evidence.analysis.numbers import pct_text
+        from evidence.analysis.numbers import interval_text, pct_text
         from evidence.analysis.compare import compare_runs, summary_lines
 
         if b is None:
             from evidence.analysis.hosts import compare_hosts, summary_lines as host_lines
-            from evidence.rundir import EXECUTION_JSON
+            from evidence.rundir import EXECUTION_JSON, PLAN_JSON
 
             if not (a / EXECUTION_JSON).is_file():
                 _fail(NotARunDir(f"{a} is not a replication folder (no {EXECUTION_JSON}); give two runs to compare, "
                                  "or the parent folder `evidence run --hosts N` wrote."))
-            hosts = sorted(p for p in a.iterdir() if p.is_dir() and (p / "plan.json").is_file())
+            hosts = sorted(p for p in a.iterdir() if p.is_dir() and (p / PLAN_JSON).is_file())
             try:
                 res = compare_hosts(hosts)
             except NotARunDir as e:
@@ -228,7 +228,7 @@ def register(app: typer.Typer) -> None:
             ci = p["shift_ci95"]
             t.add_row(p["label"], f"{p['a_mean']:,.2f}" if p["a_mean"] is not None else "n/a",
                       f"{p['b_mean']:,.2f}" if p["b_mean"] is not None else "n/a", pct_text(p["shift"], signed=True),
-                      f"{pct_text(ci[0], 1, signed=True)} to {pct_text(ci[1], 1, signed=True)}" if ci else "n/a",
+                      interval_text(ci) if ci else "n/a",
                       p["shift_verdict"], pct_text(p["a_cv"]), pct_text(p["b_cv"]), p["a_repeats"], p["b_repeats"])
         out.print(t)
         for line in summary_lines(c):

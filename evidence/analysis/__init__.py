@@ -9,7 +9,17 @@ analysis.json), compare (two runs), anchor.
 `frames(res)` gives the tables of an analysis (computed, or analysis.json read back) as DataFrames.
 """
 
+from typing import Any
+
 from evidence.analysis.analyze import analyze_run
-from evidence.analysis.dataframes import csv_text, frames
 
 __all__ = ["analyze_run", "csv_text", "frames"]
+
+
+def __getattr__(name: str) -> Any:
+    # frames and csv_text need pandas: imported on first use, not by every `import evidence.analysis...`
+    if name in ("csv_text", "frames"):
+        from evidence.analysis import dataframes
+
+        return getattr(dataframes, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

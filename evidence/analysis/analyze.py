@@ -42,13 +42,12 @@ from pathlib import Path
 from typing import Any
 
 from evidence.analysis.caveats import caveats
-from evidence.analysis.dataframes import csv_names, csv_tables
 from evidence.analysis.findings import comparison_family, dominance, ordering, side_by_side
 from evidence.analysis.goodput import goodput
 from evidence.analysis.latency import attach_intervals
 from evidence.analysis.load import RunData, TrialData, load_run
 from evidence.analysis.numbers import JSON_DECIMALS, mean_of, round_floats
-from evidence.analysis.tables import CSV_DECIMALS, point_row, trial_row
+from evidence.analysis.tables import CSV_DECIMALS, csv_names, point_row, trial_row
 from evidence.analysis.telemetry import (GAUGES, PLATEAU_MIN_SAMPLES, PLATEAU_TRIM, SERIES_BIN_S, telemetry_row,
                                         within_point_rows, within_trial_row)
 from evidence.analysis.timeseries import BATCH, REGIME_D, REGIME_P, TREND_BATCHES, TREND_P, TREND_RHO, WAVE_ACF
@@ -234,6 +233,8 @@ def write_analysis(res: dict, out_dir: Path) -> list[Path]:
     """analysis.json (canonical JSON) and every table's CSV, written from its DataFrame (evidence.analysis.dataframes)."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
+    from evidence.analysis.dataframes import csv_tables  # pandas, only where tables are written
+
     tables = csv_tables(res)
     written = []
     for name in sorted(tables):

@@ -19,7 +19,8 @@ from typing import Any, Sequence
 import pandas as pd
 
 from evidence.analysis.numbers import label
-from evidence.analysis.tables import CSV_DECIMALS, REPORTED_METRICS, UNIT_KIND, latency_stats
+# the table names (tables.table_names, csv_names) live beside the rows, where naming the files needs no pandas
+from evidence.analysis.tables import CSV_DECIMALS, REPORTED_METRICS, UNIT_KIND, latency_stats, table_names
 from evidence.metrics import METRICS
 
 Column = tuple[str, str]  # (name, kind): a CSV_DECIMALS key, or count, text, bool, or BY_UNIT
@@ -83,28 +84,12 @@ def csv_tables(res: dict) -> dict[str, str]:
     return {f"{name}.csv": csv_text(df) for name, df in frames(res).items()}
 
 
-def csv_names(res: dict) -> list[str]:
-    """The CSV file names csv_tables(res) gives, sorted, without building or formatting any table."""
-    return sorted(f"{name}.csv" for name in table_names(res))
-
-
 def _flags(xs: Sequence[str]) -> str:
     return "; ".join(xs)
 
 
 def _labels(points: Sequence[int]) -> str:
     return " ".join(label(q) for q in points)
-
-
-# every table (the CSV file's stem); goodput only when the spec sets SLOs
-TABLES = ("comparisons", "dominance", "goodput", "latency_side_by_side", "ordering", "paired", "point_latency",
-          "point_latency_intervals", "points", "telemetry", "timeseries", "trials")
-
-
-def table_names(res: dict) -> list[str]:
-    """The names of the tables frames(res) gives, in its (sorted) order: goodput only when the spec sets SLOs
-    (res["goodput"]["absent"] is None)."""
-    return [n for n in sorted(TABLES) if n != "goodput" or res["goodput"]["absent"] is None]
 
 
 def frames(res: dict) -> dict[str, pd.DataFrame]:

@@ -175,3 +175,19 @@ def point_row(point: int, trials: list[TrialData], rows: dict[str, dict], spec: 
                           "server": pts},
         "flags": flags, "absent": absent,
     }
+
+
+# every table (the CSV file's stem); goodput only when the spec sets SLOs
+TABLES = ("comparisons", "dominance", "goodput", "latency_side_by_side", "ordering", "paired", "point_latency",
+          "point_latency_intervals", "points", "telemetry", "timeseries", "trials")
+
+
+def table_names(res: dict) -> list[str]:
+    """The names of the tables frames(res) gives, in its (sorted) order: goodput only when the spec sets SLOs
+    (res["goodput"]["absent"] is None)."""
+    return [n for n in sorted(TABLES) if n != "goodput" or res["goodput"]["absent"] is None]
+
+
+def csv_names(res: dict) -> list[str]:
+    """The CSV file names csv_tables(res) gives, sorted, without building or formatting any table."""
+    return sorted(f"{name}.csv" for name in table_names(res))

@@ -24,7 +24,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from evidence.analysis import analyze_run, csv_text, frames
 from evidence.analysis.analyze import compute_analysis
-from evidence.analysis.dataframes import csv_names, csv_tables
+from evidence.analysis.dataframes import csv_tables
+from evidence.analysis.tables import csv_names
 from evidence.analysis.load import load_run
 from evidence.analysis.tables import CSV_DECIMALS
 from evidence.canon import dumps
@@ -59,7 +60,8 @@ import sys
 from pathlib import Path
 from evidence.analysis import analyze_run, csv_text, frames
 from evidence.analysis.analyze import compute_analysis
-from evidence.analysis.dataframes import csv_names, csv_tables
+from evidence.analysis.dataframes import csv_tables
+from evidence.analysis.tables import csv_names
 from evidence.analysis.load import load_run
 from evidence.canon import dumps
 run, out = Path(sys.argv[1]), Path(sys.argv[2])

@@ -6,7 +6,7 @@ VENV   := .venv
 ENGINE := .venv-vllm
 EV     := $(VENV)/bin/evidence
 
-.PHONY: install engine model system test demo clean-venvs
+.PHONY: install engine model system test demo clean-venvs golden
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -35,6 +35,11 @@ system:
 
 test: engine model system
 	$(VENV)/bin/python -m pytest -q -p no:cacheprovider
+
+# Rewrite tests/golden/hashes.json (the sha256 of every derived file of the fixture runs) and print which
+# files moved: only for a change meant to alter derived bytes, and its commit says so.
+golden: install
+	$(VENV)/bin/python tests/golden/refresh.py
 
 demo: engine model
 	$(EV) validate specs/demo-cpu.yaml

@@ -207,6 +207,14 @@ def test_verify_tar(work):
     assert status["archive.members"] == status["archive.sha256"] == status["git.files"] == "pass"
 
 
+def test_archive_that_differs_from_its_published_sha256_fails(work):
+    side = work["tar"].with_name(work["tar"].name + ".sha256")
+    side.write_text(f"{'0' * 64}  {work['tar'].name}\n")
+    rep = verify.verify(work["tar"], regen=False)
+    assert rep.exit_code == 1 and failed(rep) == {"archive.sha256"}
+    assert [f.found for f in rep.by_id()["archive.sha256"].findings] == [layout.sha256_bytes(work["tar"].read_bytes())]
+
+
 def _evil_tar(path: Path, member: tarfile.TarInfo, data: bytes = b"") -> None:
     with tarfile.open(path, "w", format=tarfile.PAX_FORMAT) as tf:
         ok = tarfile.TarInfo(f"{TAG}/bagit.txt")
@@ -352,6 +360,14 @@ def _move_tag(w):
     repo.git.tag("-f", "-a", TAG, "-m", msg, f"{TAG}^{{commit}}^")
 
 
+def _bagit_declaration(w):
+    (w["rel"] / layout.BAGIT_TXT).write_text("BagIt-Version: 0.97\nTag-File-Character-Encoding: UTF-8\n")
+
+
+def _fifo(w):
+    os.mkfifo(w["rel"] / f"data/raw/{RUN_ID}/pipe")  # a reader that opened it would block: only lstat it
+
+
 def _lightweight_tag(w):
     repo = git.Repo(w["repo"])
     commit = repo.rev_parse(f"{TAG}^{{commit}}").hexsha
@@ -382,6 +398,8 @@ TAMPERS = [
      {"fixity.payload", "fixity.tag", "bagit.oxum", "bagit.info", "complete.missing", "complete.unexpected",
       "metadata.canonical", "metadata.agrees", "metadata.provenance", "bagit.manifests"}),
     ("moved-tag", _move_tag, {"git.peel", "git.files"}, {"git.annotated", "fixity.payload"}),
+    ("bagit-declaration", _bagit_declaration, {"bagit.declaration"}, {"fixity.payload"}),
+    ("fifo", _fifo, {"paths.special"}, {"fixity.payload"}),
     ("lightweight-tag", _lightweight_tag, {"git.annotated", "git.message"}, {"git.tag", "git.files"}),
     # a deleted tag is not here: it reads as a clone without tags (a note, or a failure with --require-tag),
     # see test_verify_tags.py

@@ -86,9 +86,18 @@ class Setting:
 
 @runtime_checkable
 class Engine(Protocol):
-    """The interface the runner uses; `kind` is the spec's `engine.kind`."""
+    """The interface the runner uses; `kind` is the spec's `engine.kind`.
+
+    The class attributes and classmethods below are what the other stages ask the adapter instead of
+    comparing `engine.kind` (see `adapter_class`)."""
 
     kind: str
+    #: this tool starts, restarts (a new session) and stops the server; False: someone else's server
+    local_process: bool
+    #: a profiler capture (`profile:` in the spec) can be taken on a server started for it
+    can_profile: bool
+    #: the server runs in a Python of its own whose packages belong in the provenance
+    engine_python: bool
     base_url: str
     log_path: Any
     ready_after_s: float | None
@@ -103,9 +112,16 @@ class Engine(Protocol):
     def resolved(self) -> dict[str, dict[str, Any]]: ...
     def stop(self, grace_s: float = 10.0) -> None: ...
 
+    @classmethod
+    def provenance_probe(cls, spec: Spec, repo_root: Any) -> Any: ...
+    @classmethod
+    def version_pin_hint(cls, spec: Spec, prov: Mapping[str, Any], pin: Mapping[str, Any]) -> tuple[str, str]: ...
+
 
 #: engine.kind -> factory(spec, repo_root, **options) -> Engine; filled by `register`.
 REGISTRY: dict[str, Callable[..., Engine]] = {}
+#: engine.kind -> the adapter class, for what is asked before (or without) a server: `adapter_class`.
+ADAPTERS: dict[str, type] = {}
 
 
 def register(kind: str) -> Callable[[type], type]:
@@ -113,9 +129,18 @@ def register(kind: str) -> Callable[[type], type]:
 
     def deco(cls: type) -> type:
         REGISTRY[kind] = cls.create  # type: ignore[attr-defined]
+        ADAPTERS[kind] = cls
         return cls
 
     return deco
+
+
+def adapter_class(kind: str) -> Any:
+    """The adapter class registered for an `engine.kind` (its capabilities, probes and hints)."""
+    try:
+        return ADAPTERS[kind]
+    except KeyError:
+        raise EngineError(f"no engine adapter for engine.kind {kind!r}; known: {', '.join(sorted(ADAPTERS))}") from None
 
 
 # ------------------------------------------------------------------ helpers --

@@ -8,7 +8,7 @@ from __future__ import annotations
 import os
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping
 
 from evidence.engines.base import EXTERNAL, EngineError, HttpEngine, combine_resolved, register, requested_from_spec
 from evidence.engines.vllm.metrics import parse_metrics
@@ -20,6 +20,9 @@ class EndpointEngine(HttpEngine):
     """A server someone else started (spec engine.kind 'endpoint'): nothing to start or stop."""
 
     kind = "endpoint"
+    local_process = False  # someone else's server: nothing starts, restarts or stops
+    can_profile = False  # the profiler is switched on where the server starts
+    engine_python = False  # its Python is not ours to inspect
 
     def __init__(self, spec: Spec, base_url: str | None = None):
         url = base_url or spec.engine.base_url
@@ -34,6 +37,17 @@ class EndpointEngine(HttpEngine):
     def create(cls, spec: Spec, repo_root: str | os.PathLike = ".", **options: Any) -> "EndpointEngine":
         """Options for a started server (port, cache_dir, extra_args, extra_env) do not apply here."""
         return cls(spec)
+
+    @classmethod
+    def provenance_probe(cls, spec: Spec, repo_root: str | os.PathLike) -> None:
+        """Nothing to probe before the run: the server is not ours."""
+        return None
+
+    @classmethod
+    def version_pin_hint(cls, spec: Spec, prov: Mapping[str, Any], pin: Mapping[str, Any]) -> tuple[str, str]:
+        """(how the version was probed, what to do) for a refused engine-version pin."""
+        return (f"probed GET {spec.engine.base_url}/version",
+                "point engine.base_url at a server running that version, or drop engine.version from the spec")
 
     def command(self) -> list[str]:
         return []

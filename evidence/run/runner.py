@@ -98,7 +98,7 @@ def run_experiment(
     trials = recorded_trials(rd, plan.trials)
     done = set(rd.completed_trials())
     todo = [t for t in trials if t.id not in done]
-    want_profile = profile and spec.profile.enabled and spec.engine.kind == "vllm"
+    want_profile = profile and spec.profile.enabled and engine_mod.adapter_class(spec.engine.kind).can_profile
     decided = (not until_decided) or _decision_recorded(rd)
     if not todo and (not want_profile or _profile_done(rd)) and decided:
         # Nothing left to run: record nothing new (no provenance, no events), just say so.

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from evidence.canon import write_atomic, write_json
+from evidence.engines import adapter_class
 from evidence.records import dumps_line, write_records
 from evidence.run.interleave import run_interleaved
 from evidence.run.progress import Progress
@@ -69,7 +70,7 @@ def _ensure_session(ctx: RunContext, trial: Trial, first_in_call: bool) -> None:
         record_provenance(ctx.spec, ctx.spec_path, ctx.rd, ctx.engine, ctx.repo_root, code_commit=ctx.code_commit,
                           allow_drift=True, reason=f"session {sess}")
     if new_session:
-        if ctx.spec.engine.kind == "endpoint":
+        if not adapter_class(ctx.spec.engine.kind).local_process:
             # not our server: nothing restarts; the session still marks the block for the analysis
             ctx.rd.event("session_start", session=sess, before=trial.id, restarted=False,
                          note="engine.kind endpoint: the server is not started by this tool, so it is not restarted")

@@ -127,6 +127,12 @@ class Engine(_Model):
                                     "is read at run time and never recorded); default VLLM_API_KEY for kind vllm, "
                                     "OPENAI_API_KEY for kind endpoint")
 
+    @property
+    def starts_server(self) -> bool:
+        """Whether this tool starts the server, so its args and accelerators apply: a spec with a base_url
+        points at someone else's (the validator below ties base_url to the kind; the adapters hold the rest)."""
+        return self.base_url is None
+
     def api_key_env_name(self) -> str:
         """The variable the API key is read from: the spec's, else the kind's convention."""
         return self.api_key_env or DEFAULT_API_KEY_ENV[self.kind]
@@ -434,7 +440,7 @@ class Spec(_Model):
                 miss = [p for p in self.profile.points if _prompts_for(self.profile.prompts, p) is None]
                 if miss:
                     problems.append(f"@profile.prompts: no count for profile point(s) {miss}")
-        if self.engine.kind == "vllm" and self.engine.args.max_model_len is not None:
+        if self.engine.starts_server and self.engine.args.max_model_len is not None:
             need = self.workload.input_len + self.workload.output_len
             if need > self.engine.args.max_model_len:
                 problems.append(f"@engine.args.max_model_len: is {self.engine.args.max_model_len} but the workload needs {need} tokens (input_len + output_len)")
@@ -446,7 +452,7 @@ class Spec(_Model):
                             "(all trials plus warm-up); split it into several specs")
         a, hw = self.engine.args, self.hardware
         gpus = a.tensor_parallel_size * a.pipeline_parallel_size * a.data_parallel_size
-        if self.engine.kind == "vllm" and hw.count > 0 and gpus > hw.count:
+        if self.engine.starts_server and hw.count > 0 and gpus > hw.count:
             problems.append(f"@engine.args.tensor_parallel_size: tensor x pipeline x data parallel sizes need {gpus} "
                             f"accelerators but hardware.count is {hw.count}")
         if problems:

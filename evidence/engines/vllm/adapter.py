@@ -95,6 +95,9 @@ class VllmEngine(HttpEngine):
     """A vLLM server this harness starts and stops (see the module docstring)."""
 
     kind = "vllm"
+    local_process = True  # starts, restarts (each session) and stops its own server
+    can_profile = True  # the torch profiler is switched on for a server started for it
+    engine_python = True  # vLLM runs in its own venv, whose packages are provenance
 
     def __init__(
         self,
@@ -129,6 +132,29 @@ class VllmEngine(HttpEngine):
     @classmethod
     def create(cls, spec: Spec, repo_root: str | os.PathLike = ".", **options: Any) -> "VllmEngine":
         return cls(spec, repo_root, **options)
+
+    @classmethod
+    def provenance_probe(cls, spec: Spec, repo_root: str | os.PathLike) -> "VllmEngine | None":
+        """An adapter that is never started, to read the engine's Python and environment before a run."""
+        try:
+            return cls(spec, repo_root, port=1)
+        except Exception:
+            return None
+
+    @classmethod
+    def version_pin_hint(cls, spec: Spec, prov: Mapping[str, Any], pin: Mapping[str, Any]) -> tuple[str, str]:
+        """(how the version was probed, what to do) for a refused engine-version pin."""
+        eng = prov.get("engine") or {}
+        py = eng.get("python")
+        if py:
+            probed = f"probed the Python {py} with `{py} {VLLM_LAUNCHER} --which`"
+            probed += (", which found no vLLM installed" if not eng.get("build") else
+                       f", which found {(eng.get('build') or {}).get('distribution')} {(eng.get('build') or {}).get('version')}")
+        else:
+            probed = f"probed through engine.launch.command {list(spec.engine.launch.command or [])}"
+        return probed, (f"set engine.launch.python to a Python that has vLLM {pin.get('requested')} installed, or "
+                        "install the CPU build into .venv-vllm with `evidence engine install-cpu` (then pin the "
+                        "version it reports)")
 
     # --- what will run ----------------------------------------------------
     def _path(self, p: str) -> Path:

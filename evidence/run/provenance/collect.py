@@ -62,6 +62,12 @@ def allowed_env(environ: Mapping[str, str] | None = None) -> dict[str, str]:
 # -------------------------------------------------------------- collection --
 
 
+def _engine_python(spec: Spec) -> bool:
+    from evidence.engines import adapter_class
+
+    return adapter_class(spec.engine.kind).engine_python
+
+
 def _engine_section(spec: Spec, engine: Any, engine_python: str | None,
                     root: Path) -> tuple[dict[str, Any], str | None, dict[str, str] | None]:
     sec: dict[str, Any] = {"kind": spec.engine.kind, "requested_version": spec.engine.version}
@@ -69,14 +75,11 @@ def _engine_section(spec: Spec, engine: Any, engine_python: str | None,
     probe = engine if engine is not None and hasattr(engine, "probe_env") else None
     if engine is not None and py is None:
         py = getattr(engine, "python", None)
-    if engine is None and spec.engine.kind == "vllm":
-        from evidence.engines.vllm.adapter import VllmEngine
+    if engine is None:
+        from evidence.engines import adapter_class  # what can be probed before a server is the adapter's to say
 
-        try:
-            probe = VllmEngine(spec, root, port=1)
-            py = py or probe.python
-        except Exception:
-            probe = None
+        probe = adapter_class(spec.engine.kind).provenance_probe(spec, root)
+        py = py or getattr(probe, "python", None)
     env = probe.probe_env() if probe is not None else None
     build = None
     if engine is not None and hasattr(engine, "build") and (engine_python is None or engine_python == py):
@@ -162,7 +165,7 @@ def collect_provenance(
                                for k, v in sorted(env_engine.items())},
         },
     }
-    if py and (spec is None or spec.engine.kind == "vllm"):
+    if py and (spec is None or _engine_python(spec)):
         prov["python"]["engine"] = engine_python_info(py, probe_env)
     if engine is not None and hasattr(engine, "resolved") and getattr(engine, "alive", lambda: False)():
         try:

@@ -5,7 +5,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
-from evidence.resources import VLLM_LAUNCHER
 from evidence.spec.model import Spec
 
 
@@ -95,20 +94,9 @@ def failed_pins(pins: Iterable[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
 
 
 def _engine(spec: Spec, prov: Mapping[str, Any], pin: Mapping[str, Any]) -> tuple[str, str]:
-    eng = prov.get("engine") or {}
-    want = pin.get("requested")
-    if spec.engine.kind == "endpoint":
-        return (f"probed GET {spec.engine.base_url}/version",
-                "point engine.base_url at a server running that version, or drop engine.version from the spec")
-    py = eng.get("python")
-    if py:
-        probed = f"probed the Python {py} with `{py} {VLLM_LAUNCHER} --which`"
-        probed += (", which found no vLLM installed" if not eng.get("build") else
-                   f", which found {(eng.get('build') or {}).get('distribution')} {(eng.get('build') or {}).get('version')}")
-    else:
-        probed = f"probed through engine.launch.command {list(spec.engine.launch.command or [])}"
-    return probed, (f"set engine.launch.python to a Python that has vLLM {want} installed, or install the CPU build "
-                    "into .venv-vllm with `evidence engine install-cpu` (then pin the version it reports)")
+    from evidence.engines import adapter_class  # how a version is probed is the adapter's to say
+
+    return adapter_class(spec.engine.kind).version_pin_hint(spec, prov, pin)
 
 
 def _accelerator(spec: Spec, prov: Mapping[str, Any], pin: Mapping[str, Any]) -> tuple[str, str]:

@@ -46,7 +46,7 @@ from evidence.analysis.load import RunData, load_run
 from evidence.analysis.model import Analysis
 from evidence.analysis.numbers import label
 from evidence.canon import dumps, write_atomic
-from evidence.metrics import LATENCY_METRICS, METRICS, pct_key
+from evidence.metrics import HEADLINE_METRICS, LATENCY_METRICS, METRICS, pct_key
 from evidence.rundir import FIGURES
 
 RC: dict[str, Any] = {
@@ -364,7 +364,7 @@ def _ecdf_xy(samples_ms: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _fig_ecdf(res: dict, data: RunData) -> Figure:
-    metrics = ("ttft", "tpot")
+    metrics = HEADLINE_METRICS
     fig = Figure(figsize=(10.0, 3.9), layout="constrained")
     by_point: dict[int, list] = {}
     for t in data.trials:

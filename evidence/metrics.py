@@ -35,6 +35,8 @@ class Metric:
     absent: str  # why a trial can have no value for it
     samples: Callable[[Sequence[RequestRecord]], list[float]] | None = None  # latency: seconds per sample
     per_request: bool = True  # False: samples are pooled gaps (ITL)
+    reported: bool = True  # latency: given for every point and trial in the tables, the report and exports
+    headline: bool = False  # latency: also in the report's trial table and the ECDF figure
 
     @property
     def is_latency(self) -> bool:
@@ -80,15 +82,16 @@ METRICS: dict[str, Metric] = {
     for m in (
         Metric("ttft", "ms", False, "time to first token: first SSE message carrying a choice minus the request's send "
                "time (excludes the client-side wait for a concurrency slot, as vLLM does; that wait is recorded as "
-               "slot_wait)", 3, _NO_COMPLETED, _ttft),
+               "slot_wait)", 3, _NO_COMPLETED, _ttft, headline=True),
         Metric("tpot", "ms", False, "time per output token after the first: (E2E - TTFT) / (completion_tokens - 1), "
-               "only requests with more than one output token (GuideLLM calls this ITL)", 3, _ONE_TOKEN, _tpot),
+               "only requests with more than one output token (GuideLLM calls this ITL)", 3, _ONE_TOKEN, _tpot,
+               headline=True),
         Metric("itl", "ms", False, "inter-token latency: every gap between consecutive token-bearing chunks, pooled "
                "over requests", 3, _ONE_TOKEN, _itl, per_request=False),
         Metric("e2el", "ms", False, "end-to-end latency: last token-bearing chunk minus send time (the usage chunk and "
                "[DONE] do not extend it)", 3, _NO_COMPLETED, _e2el),
         Metric("slot_wait", "ms", False, "time a request waited for a concurrency slot before it was sent (closed loop)",
-               3, _NO_COMPLETED, _slot_wait),
+               3, _NO_COMPLETED, _slot_wait, reported=False),
         Metric("output_throughput", "tok/s", True, "output tokens of completed requests (usage.completion_tokens) / "
                "trial duration", 2, "no completed request in the trial"),
         Metric("request_throughput", "req/s", True, "completed requests / trial duration", 4,
@@ -99,6 +102,8 @@ METRICS: dict[str, Metric] = {
 }
 METRIC_DOCS = {name: m.doc for name, m in METRICS.items()}
 LATENCY_METRICS: dict[str, Metric] = {name: m for name, m in METRICS.items() if m.is_latency}
+REPORTED_METRICS = tuple(name for name, m in LATENCY_METRICS.items() if m.reported)
+HEADLINE_METRICS = tuple(name for name, m in LATENCY_METRICS.items() if m.headline)
 # Kept as a name for readers of the latency part of the registry.
 LatencyMetric = Metric
 
@@ -124,8 +129,7 @@ def distribution_ms(samples_s: Iterable[float], percentiles: Sequence[float]) ->
     return out
 
 
-def trial_metrics(records: Sequence[RequestRecord], percentiles: Sequence[float] = (50, 90, 99),
-                  expected_output_len: int | None = None) -> dict:
+def trial_metrics(records: Sequence[RequestRecord], percentiles: Sequence[float] = (50, 90, 99)) -> dict:
     """Summary of one trial's measured requests. Warm-up records are ignored by phase."""
     rs = [r for r in records if r.phase == "measure"]
     ok = [r for r in rs if r.ok]

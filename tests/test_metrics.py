@@ -2,14 +2,28 @@
 
 Every expected number below is worked out in the comments from the records'
 times; nothing here calls the code under test to get an expected value.
+Every metric of the registry has its known-answer test (`known_answer`), enforced below.
 """
 
 from __future__ import annotations
 
+from typing import Callable, get_args
+
 import pytest
 
-from evidence.metrics import trial_metrics
+from evidence.metrics import METRICS, REPORTED_METRICS, trial_metrics
 from evidence.records import RequestRecord
+
+#: metric name -> the test that checks its value against one worked out by hand
+KNOWN_ANSWERS: dict[str, str] = {}
+
+
+def known_answer(*names: str) -> Callable[[Callable], Callable]:
+    def deco(fn: Callable) -> Callable:
+        for n in names:
+            KNOWN_ANSWERS[n] = fn.__name__
+        return fn
+    return deco
 
 
 def rec(i, send, chunks, end, tokens, max_tokens=None, ok=True, phase="measure", chunk_count=None,
@@ -52,6 +66,7 @@ def test_counts_and_failures():
     assert m["errors"] == {"HTTP 500 Internal Server Error": 1}
 
 
+@known_answer("ttft")
 def test_ttft_by_hand():
     m = trial_metrics(records(), percentiles=(50, 99))
     d = m["ttft_ms"]
@@ -64,6 +79,7 @@ def test_ttft_by_hand():
     assert d["min"] == pytest.approx(100.0) and d["max"] == pytest.approx(200.0)
 
 
+@known_answer("tpot")
 def test_tpot_formula_by_hand():
     d = trial_metrics(records())["tpot_ms"]
     # r0: 200/3, r1: 200/1, r5: 200/3 (r3 has one token: excluded)
@@ -71,6 +87,7 @@ def test_tpot_formula_by_hand():
     assert d["mean"] == pytest.approx((200 / 3 + 200 + 200 / 3) / 3)
 
 
+@known_answer("itl")
 def test_itl_is_pooled_over_requests():
     d = trial_metrics(records(), percentiles=(50,))["itl_ms"]
     # gaps: r0 50,100,50; r1 200; r5 200 -> pooled mean 600/5 = 120
@@ -80,6 +97,7 @@ def test_itl_is_pooled_over_requests():
     assert d["p50"] == pytest.approx(100.0)  # sorted 50,50,100,200,200
 
 
+@known_answer("e2el")
 def test_e2e_excludes_usage_chunk_and_done():
     d = trial_metrics(records())["e2el_ms"]
     # 300, 400, 100, 300 (not 320/450/150/350 that end_s would give)
@@ -88,6 +106,7 @@ def test_e2e_excludes_usage_chunk_and_done():
     assert d["max"] == pytest.approx(400.0)
 
 
+@known_answer("output_throughput", "request_throughput", "duration")
 def test_throughput_first_send_to_last_completion():
     m = trial_metrics(records())
     # window: first measured send 0.000 (warm-up's -1.0 excluded) .. last completion 0.650
@@ -104,6 +123,7 @@ def test_mismatches():
     assert m["chunk_usage_mismatches"] == 1  # r5: 2 chunks, 4 tokens
 
 
+@known_answer("slot_wait")
 def test_slot_wait():
     d = trial_metrics(records())["slot_wait_ms"]
     # completed: 0, 10, 30, 50 ms -> mean 22.5
@@ -151,3 +171,17 @@ def test_window_opens_at_first_send_even_if_that_request_failed():
     # first send 0.0 (the failed one) .. last completion 1.0 -> 2 tokens / 1.0 s
     assert m["duration_s"] == pytest.approx(1.0)
     assert m["output_throughput"] == pytest.approx(2.0)
+
+
+def test_every_metric_has_a_known_answer_test() -> None:
+    missing = [m for m in METRICS if m not in KNOWN_ANSWERS]
+    assert not missing, f"metrics without a known-answer test (mark one with @known_answer): {missing}"
+    assert set(KNOWN_ANSWERS) <= set(METRICS), sorted(set(KNOWN_ANSWERS) - set(METRICS))
+
+
+def test_the_spec_accepts_exactly_the_reported_latency_metrics() -> None:
+    # the spec stage imports no other stage, so its Literal is a copy; this keeps it the registry's
+    from evidence.spec.model import Analysis
+
+    field = Analysis.model_fields["latency_metrics"].annotation
+    assert get_args(get_args(field)[0]) == REPORTED_METRICS

@@ -20,8 +20,8 @@ import pandas as pd
 
 from evidence.analysis.numbers import label
 # the table names (tables.table_names, csv_names) live beside the rows, where naming the files needs no pandas
-from evidence.analysis.tables import CSV_DECIMALS, REPORTED_METRICS, UNIT_KIND, latency_stats, table_names
-from evidence.metrics import METRICS
+from evidence.analysis.tables import CSV_DECIMALS, UNIT_KIND, latency_stats, table_names
+from evidence.metrics import METRICS, REPORTED_METRICS
 
 Column = tuple[str, str]  # (name, kind): a CSV_DECIMALS key, or count, text, bool, or BY_UNIT
 

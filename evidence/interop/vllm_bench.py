@@ -33,7 +33,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from evidence.canon import dumps, write_atomic, write_json
-from evidence.metrics import distribution_ms, pct_key, trial_metrics
+from evidence.metrics import REPORTED_METRICS, distribution_ms, pct_key, trial_metrics
 from evidence.records import RequestRecord, read_records, write_records
 from evidence.rundir import META, REQUESTS, RunDir, SUMMARY
 from evidence.spec.model import spec_from_json, spec_to_json
@@ -157,7 +157,7 @@ def _spec_dict(files: list[BenchFile], name: str) -> dict:
                      if rate != "inf" else 1.0, "temperature": None},
         "sweep": {"points": points, "prompts": {str(p): n for p, n in prompts.items()}, "repeats": repeats,
                   "order": "fixed"},
-        "analysis": {"comparisons": [], "latency_metrics": ["ttft", "tpot", "itl", "e2el"],
+        "analysis": {"comparisons": [], "latency_metrics": list(REPORTED_METRICS),
                      "percentiles": [50, 90, 99]},
     }
 

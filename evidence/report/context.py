@@ -33,7 +33,7 @@ from evidence.analysis.numbers import label
 from evidence.analysis.tables import CSV_DECIMALS, latency_stats
 from evidence.canon import write_atomic
 from evidence.figures import figure_bytes, render_environment
-from evidence.metrics import METRIC_DOCS
+from evidence.metrics import HEADLINE_METRICS, METRIC_DOCS, REPORTED_METRICS
 from evidence.analysis.findings import p_text
 from evidence.report.format import fixed, join_flags, num, pct, provenance_rows, section, table, text, utc
 from evidence.report.layout import geometry_rows, headline, latency_concurrency_table
@@ -263,7 +263,7 @@ def _latency_point_table(res: dict) -> dict:
     stats = latency_stats(res["spec"]["percentiles"])
     rows = []
     for p in res["points"]:
-        for m in ("ttft", "tpot", "itl", "e2el"):
+        for m in REPORTED_METRICS:
             for method in ("mean_over_repeats", "pooled"):
                 d = p["latency"][m][method] or {}
                 n = d.get("n_trials") if method == "mean_over_repeats" else d.get("n")
@@ -355,13 +355,15 @@ def _trials_table(res: dict) -> dict:
                   if st.get("throughput") is not None else "n/a")
         rows.append((t["id"], num(t["repeat"]), label(t["point"]), num(t["position"]), t["status"], num(t["requests"]),
                      num(t["completed"]), num(t["failed"]), num(t["duration_s"], 3), num(t["output_throughput"]), window,
-                     num((lat.get("ttft") or {}).get("mean"), 2), num((lat.get("tpot") or {}).get("mean"), 2),
+                     *[num((lat.get(m) or {}).get("mean"), 2) for m in HEADLINE_METRICS],
                      pct(t["client_cpu_util"], d=0) if t["client_cpu_util"] is not None else "n/a",
                      join_flags(t["flags"])))
     return table("Every trial, in execution order", ["trial", "repeat", "point", "position", "status", "requests",
                                                      "completed", "failed", "duration s", "tok/s",
-                                                     "steady-state tok/s (window)", "mean TTFT ms",
-                                                     "mean TPOT ms", "client CPU", "flags"], rows, "lrlrlrrrrrrrrrl",
+                                                     "steady-state tok/s (window)",
+                                                     *[f"mean {m.upper()} ms" for m in HEADLINE_METRICS],
+                                                     "client CPU", "flags"],
+                 rows, "lrlrlrrrrrr" + "r" * len(HEADLINE_METRICS) + "rl",
                  "client CPU: the load generator's CPU time / trial wall time (meta.json); near 100% the client, "
                  "not the server, may limit throughput.")
 

@@ -32,11 +32,6 @@ def dumps(obj: Any, indent: int | None = 2) -> str:
     return json.dumps(_clean(obj), sort_keys=True, ensure_ascii=False, indent=indent, separators=seps, allow_nan=False) + "\n"
 
 
-def canonical_bytes(obj: Any) -> bytes:
-    """The compact canonical form, used where bytes are hashed or compared."""
-    return dumps(obj, indent=None).encode("utf-8")
-
-
 def sha256_file(path: Path) -> str:
     """sha256 of a file, read in 1 MiB blocks (traces and records can be large)."""
     h = hashlib.sha256()

@@ -123,18 +123,6 @@ class RunDir:
         return self.path / PROFILE
 
     @property
-    def analysis_dir(self) -> Path:
-        return self.path / ANALYSIS
-
-    @property
-    def figures_dir(self) -> Path:
-        return self.path / FIGURES
-
-    @property
-    def report_dir(self) -> Path:
-        return self.path / REPORT
-
-    @property
     def aborted_dir(self) -> Path:
         return self.path / ABORTED
 

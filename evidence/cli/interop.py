@@ -30,7 +30,7 @@ def register(app: typer.Typer) -> None:
         The original files are kept byte for byte under imported/.
         """
         from evidence.canon import read_json
-        from evidence.cli.main import fail, out as console
+        from evidence.cli.common import fail, out as console
         from evidence.interop.vllm_bench import InteropError, import_vllm_bench as do_import
 
         try:
@@ -57,7 +57,7 @@ def register(app: typer.Typer) -> None:
         as_json: bool = typer.Option(False, "--json", help="Print the written files as JSON."),
     ) -> None:
         """Write each trial of a run in another tool's format (vLLM's result JSON, with its definitions)."""
-        from evidence.cli.main import fail, out as console
+        from evidence.cli.common import fail, out as console
         from evidence.interop.vllm_bench import InteropError, export_vllm_bench
 
         if fmt != "vllm-bench":

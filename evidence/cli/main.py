@@ -8,19 +8,19 @@ run), 2 bad input or could not proceed (reported in one paragraph, no traceback)
 
 from __future__ import annotations
 
-import importlib
 import sys
 from pathlib import Path
-from typing import NoReturn
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
 from evidence import __version__
 from evidence.canon import dumps
 from evidence.spec.plan import make_plan
-from evidence.spec.model import SpecError, Spec, load_spec
+from evidence.cli import analysis as analysis_cmds, engine as engine_cmds, execute as execute_cmds
+from evidence.cli import interop as interop_cmds, release as release_cmds, run as run_cmds, spec as spec_cmds
+from evidence.cli import trace as trace_cmds
+from evidence.cli.common import UserError, err, fail, load_spec_or_exit, out  # noqa: F401 (importable from here)
 
 app = typer.Typer(
     name="evidence",
@@ -34,33 +34,6 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     context_settings={"help_option_names": ["-h", "--help"]},
 )
-
-out = Console(highlight=False, soft_wrap=True)
-err = Console(stderr=True, highlight=False, soft_wrap=True)
-
-
-class UserError(Exception):
-    """An error the user can act on: printed as one paragraph, exit 2 (or the given code)."""
-
-    def __init__(self, message: str, code: int = 2):
-        super().__init__(message)
-        self.code = code
-
-
-def fail(message: str, code: int = 2) -> NoReturn:
-    raise UserError(message, code)
-
-
-def load_spec_or_exit(path: Path, as_json: bool = False) -> Spec:
-    try:
-        return load_spec(path)
-    except SpecError as e:
-        if as_json:
-            sys.stdout.write(dumps({"ok": False, "errors": e.as_json()}))
-        else:
-            err.print(e.render(), markup=False)
-        raise typer.Exit(2)
-
 
 def _version(value: bool) -> None:
     if value:
@@ -248,32 +221,12 @@ def plan(
         f"C{pt}: " + ", ".join(f"#{pos} x{n}" for pos, n in sorted(c.items())) for pt, c in sorted(counts.items())))
 
 
-# Stage modules add their commands here; a module is listed only once it works.
-# Listed in pipeline order, which is the order `evidence --help` shows them in.
-COMMAND_MODULES = (
-    "evidence.cli.spec",
-    "evidence.cli.run",
-    "evidence.cli.execute",
-    "evidence.cli.analysis",
-    "evidence.cli.trace",
-    "evidence.cli.release",
-    "evidence.cli.interop",
-    "evidence.cli.engine",
-)
-
-
-def _register_all() -> None:
-    for name in COMMAND_MODULES:
-        try:
-            mod = importlib.import_module(name)
-        except ModuleNotFoundError as e:
-            if e.name == name:
-                continue  # not yet built
-            raise
-        mod.register(app)
-
-
-_register_all()
+# Each stage's commands, imported by name (a missing module is an ImportError, never skipped) and
+# registered in pipeline order, which is the order `evidence --help` shows them in.
+COMMAND_MODULES = (spec_cmds, run_cmds, execute_cmds, analysis_cmds, trace_cmds, release_cmds, interop_cmds,
+                   engine_cmds)
+for _mod in COMMAND_MODULES:
+    _mod.register(app)
 
 
 def main() -> None:

@@ -128,7 +128,7 @@ def print_report(rep: VerifyReport, console: Console) -> None:
 
 def register(app: typer.Typer) -> None:
     """Add `freeze` and `verify` to the given app."""
-    from evidence.cli.main import err, fail, out
+    from evidence.cli.common import err, fail, out
 
     @app.command("freeze", help=_reflow(FREEZE_HELP))
     def freeze(

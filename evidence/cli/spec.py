@@ -27,7 +27,7 @@ def register(app: typer.Typer) -> None:
         Generated from the pydantic models, so it cannot drift from what `validate`
         accepts. docs/spec.md is this command's --markdown output.
         """
-        from evidence.cli.main import fail
+        from evidence.cli.common import fail
         from evidence.spec.docs import spec_reference_md, spec_schema
 
         if sum([schema or as_json, markdown, write is not None]) != 1:

@@ -382,9 +382,6 @@ class Comparison(_Model):
         return self
 
 
-METRICS = ("ttft", "tpot", "itl", "e2el")
-
-
 class Analysis(_Model):
     comparisons: list[Comparison] = Field(default_factory=list)
     latency_metrics: list[Literal["ttft", "tpot", "itl", "e2el"]] = Field(default_factory=lambda: ["ttft", "tpot"])

@@ -67,9 +67,10 @@ def test_stop_cancels_hung_requests_after_the_grace_period(stack):
     """Requests that never finish are cancelled cleanly at the grace deadline: no failed record,
     no traceback, the trial returns promptly."""
     flag = StopFlag()
-    threading.Timer(0.3, flag.set, ("SIGTERM",)).start()
-    t = time.monotonic()
     with StandinServer() as url:
+        # timed from a running server, with room for a loaded machine to send all 4 before the flag
+        threading.Timer(1.0, flag.set, ("SIGTERM",)).start()
+        t = time.monotonic()
         r = run_trial(cfg(url, prompts(4, 6), max_concurrency=4, http_stack=stack, stop=flag, stop_grace_s=0.3,
                           extra_headers={"x-standin": "fault=hang,after=2"}))
     assert time.monotonic() - t < 5
@@ -80,8 +81,8 @@ def test_stop_cancels_hung_requests_after_the_grace_period(stack):
 
 def test_stop_in_open_loop_stops_dispatch():
     flag = StopFlag()
-    threading.Timer(0.4, flag.set).start()
     with StandinServer(ttft_s=0.01, itl_s=0.001) as url:
+        threading.Timer(0.4, flag.set).start()  # timed from a running server, not from its start-up
         r = run_trial(cfg(url, prompts(40, 2), max_concurrency=None, request_rate=20.0, stop=flag))
     it = r.meta.interrupted
     assert it is not None and it["not_sent"] >= 25  # 40 due over 2 s, stopped at 0.4 s
@@ -94,14 +95,23 @@ def test_a_real_signal_sets_the_flag_and_nothing_fails():
     exception is raised inside an I/O callback and no completed request is marked failed."""
     flag = StopFlag()
     old = signal.signal(signal.SIGTERM, lambda s, f: flag.set(signal.Signals(s).name))
+    sent: list[int] = []
+
+    def first_done(rec) -> None:
+        # the signal comes at the first completion, mid-trial however slow the machine, not on a clock
+        if not sent:
+            sent.append(rec.i)
+            os.kill(os.getpid(), signal.SIGTERM)
+
     try:
-        threading.Timer(0.25, os.kill, (os.getpid(), signal.SIGTERM)).start()
         with StandinServer(ttft_s=0.02, itl_s=0.002) as url:
-            r = run_trial(cfg(url, prompts(60, 40), max_concurrency=8, stop=flag, stop_grace_s=5.0))
+            r = run_trial(cfg(url, prompts(60, 40), max_concurrency=8, stop=flag, stop_grace_s=5.0),
+                          on_request_done=first_done)
     finally:
         signal.signal(signal.SIGTERM, old)
     assert r.meta.interrupted is not None and r.meta.interrupted["reason"] == "SIGTERM"
     assert r.records and all(x.ok for x in r.records)
+    assert r.meta.interrupted["not_sent"] > 0  # it did stop the trial part-way
 
 
 def test_no_stop_means_no_interrupted_key(stack):

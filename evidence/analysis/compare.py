@@ -247,10 +247,10 @@ def compare_runs(a: Path, b: Path) -> dict:
              "a_ok": (pins_a.get(k) or {}).get("ok"), "b_ok": (pins_b.get(k) or {}).get("ok")}
             for k in sorted(set(pins_a) | set(pins_b))]
     for side, res in (("a", ra), ("b", rb)):
-        c = res.completeness
-        if c.missing or c.with_failures:
-            caveats.append(f"Run {side} ({res.run.run_id}): missing {c.missing or 'none'}, "
-                           f"failed requests in {c.with_failures or 'none'}.")
+        done = res.completeness
+        if done.missing or done.with_failures:
+            caveats.append(f"Run {side} ({res.run.run_id}): missing {done.missing or 'none'}, "
+                           f"failed requests in {done.with_failures or 'none'}.")
     return {
         "schema": "evidence.compare/1",
         "a": _side(ra, ka), "b": _side(rb, kb),

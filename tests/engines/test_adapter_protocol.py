@@ -5,7 +5,6 @@ A new adapter (e.g. SGLang, docs/sglang-adapter.md) is added to the registry and
 from __future__ import annotations
 
 import re
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -22,8 +21,11 @@ KINDS = sorted(ADAPTERS)
 def spec_of(kind: str) -> Spec:
     """The demo spec, as that kind: an endpoint points at a port where nothing listens."""
     d = load_spec(ROOT / "specs" / "demo-cpu.yaml").model_dump()
-    d["engine"] = {"kind": kind, "version": "0.32.0",
-                   **({"base_url": f"http://127.0.0.1:{free_port()}"} if kind == "endpoint" else {})}
+    d["engine"] = {
+        "kind": kind,
+        "version": "0.32.0",
+        **({"base_url": f"http://127.0.0.1:{free_port()}"} if kind == "endpoint" else {}),
+    }
     return Spec.model_validate(d)
 
 
@@ -80,8 +82,9 @@ def test_provenance_probe(kind: str) -> None:
 
 def test_a_refused_version_pin_says_how_it_was_probed_and_what_to_do(kind: str) -> None:
     spec = spec_of(kind)
-    probed, fix = adapter_class(kind).version_pin_hint(spec, {"engine": {}}, {"pin": "engine version",
-                                                                             "requested": "0.32.0"})
+    probed, fix = adapter_class(kind).version_pin_hint(
+        spec, {"engine": {}}, {"pin": "engine version", "requested": "0.32.0"}
+    )
     assert probed.startswith("probed") and fix
     pin = {"pin": "engine version", "requested": "0.32.0", "effective": "0.1.0", "ok": False}
     msg = refusal_message(spec, {"engine": {}}, [pin], Path("provenance.json"))
@@ -97,6 +100,11 @@ def test_an_unknown_kind_is_one_paragraph() -> None:
 def test_no_engine_kind_comparison_outside_the_adapters() -> None:
     """Engine knowledge lives behind the adapter: callers ask it (local_process, can_profile, ...)."""
     pkg = ROOT / "evidence"
-    hits = [f"{p.relative_to(ROOT)}:{i}" for p in sorted(pkg.rglob("*.py")) if "engines" not in p.parts
-            for i, line in enumerate(p.read_text().splitlines(), 1) if re.search(r"engine\.kind\s*[!=]=", line)]
+    hits = [
+        f"{p.relative_to(ROOT)}:{i}"
+        for p in sorted(pkg.rglob("*.py"))
+        if "engines" not in p.parts
+        for i, line in enumerate(p.read_text().splitlines(), 1)
+        if re.search(r"engine\.kind\s*[!=]=", line)
+    ]
     assert not hits, hits

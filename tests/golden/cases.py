@@ -39,14 +39,16 @@ def _sessions(root: Path) -> Path:
     spec = demo_spec(repeats=6)
     spec = spec.model_copy(update={"sweep": spec.sweep.model_copy(update={"sessions": 3})})
     ratio = [1.10, 1.11, 1.20, 1.21, 1.02, 1.03]
-    return build_run(root, spec=spec, run_id="sessions",
-                     throughput=lambda r, p: {1: 50.0, 4: 100.0 * ratio[r - 1], 16: 100.0}[p])
+    return build_run(
+        root, spec=spec, run_id="sessions", throughput=lambda r, p: {1: 50.0, 4: 100.0 * ratio[r - 1], 16: 100.0}[p]
+    )
 
 
 def _incomplete(root: Path) -> Path:
     # a run cut short: planned trials missing, one with no completed request, telemetry on some only
-    return build_run(root, run_id="incomplete", missing=("r3-c16",), zero_completed=("r2-c1",),
-                     telemetry=("r1-c1", "r1-c4"))
+    return build_run(
+        root, run_id="incomplete", missing=("r3-c16",), zero_completed=("r2-c1",), telemetry=("r1-c1", "r1-c4")
+    )
 
 
 def _profile(root: Path) -> Path:
@@ -61,22 +63,56 @@ def _profile(root: Path) -> Path:
     fw = [ForwardSpec(nseq=4, grid_x=1, graph=True, step=(0, 0, 4, 4)) for _ in range(6)]
     write_kineto_json(folder / "rank0.1.pt.trace.json.gz", vllm_scenario(fw, n_layers=4), gz=True)
     chunks = [[1.0005, 1.0006, 1.0007, 50.0], [0.5, 1.0006, 1.0008]]
-    recs = [RequestRecord(i=i, phase="profile", prompt_len=8, max_tokens=len(c), intended_s=0.0, slot_wait_s=0.0,
-                          send_s=0.0, first_chunk_s=c[0], chunk_s=c, end_s=c[-1], prompt_tokens=8,
-                          completion_tokens=len(c), chunk_count=len(c), finish_reason="length", status=200, ok=True)
-            for i, c in enumerate(chunks)]
+    recs = [
+        RequestRecord(
+            i=i,
+            phase="profile",
+            prompt_len=8,
+            max_tokens=len(c),
+            intended_s=0.0,
+            slot_wait_s=0.0,
+            send_s=0.0,
+            first_chunk_s=c[0],
+            chunk_s=c,
+            end_s=c[-1],
+            prompt_tokens=8,
+            completion_tokens=len(c),
+            chunk_count=len(c),
+            finish_reason="length",
+            status=200,
+            ok=True,
+        )
+        for i, c in enumerate(chunks)
+    ]
     write_records(folder / "requests.jsonl", recs)
-    write_json(folder / "meta.json", {"point": 4, "prompts": len(recs),
-                                      "client": {"t0_unix": abs_ns(T0_REL_NS) / 1e9 - 1.0},
-                                      "window": {}, "trace_files": []})
-    write_json(run / "profile" / "profile.json", {"tool": "torch", "settings": [], "window": {},
-                                                  "points": [{"point": 4, "files": ["rank0.1.pt.trace.json.gz"]}],
-                                                  "note": "diagnostic"})
+    write_json(
+        folder / "meta.json",
+        {
+            "point": 4,
+            "prompts": len(recs),
+            "client": {"t0_unix": abs_ns(T0_REL_NS) / 1e9 - 1.0},
+            "window": {},
+            "trace_files": [],
+        },
+    )
+    write_json(
+        run / "profile" / "profile.json",
+        {
+            "tool": "torch",
+            "settings": [],
+            "window": {},
+            "points": [{"point": 4, "files": ["rank0.1.pt.trace.json.gz"]}],
+            "note": "diagnostic",
+        },
+    )
     return run
 
 
 CASES: dict[str, Callable[[Path], Path]] = {
-    "default": _default, "comparisons": _comparisons, "sessions": _sessions, "incomplete": _incomplete,
+    "default": _default,
+    "comparisons": _comparisons,
+    "sessions": _sessions,
+    "incomplete": _incomplete,
     "profile": _profile,
 }
 

@@ -17,8 +17,7 @@ from refresh import diff  # noqa: E402
 def test_derived_bytes_match_the_golden_set() -> None:
     expected = json.loads(HASHES.read_text())
     moved = diff(expected, hashes())
-    assert not moved, ("derived bytes moved (if meant, run `make golden` and say so in the commit):\n"
-                       + "\n".join(moved))
+    assert not moved, "derived bytes moved (if meant, run `make golden` and say so in the commit):\n" + "\n".join(moved)
 
 
 def test_the_golden_set_covers_every_part_of_every_case() -> None:
@@ -33,4 +32,7 @@ def test_the_golden_set_covers_every_part_of_every_case() -> None:
 
 def test_diff_names_every_moved_file() -> None:
     assert diff({"a": "1", "b": "2", "c": "3"}, {"a": "1", "b": "9", "d": "4"}) == [
-        "changed b", "new     d", "gone    c"]
+        "changed b",
+        "new     d",
+        "gone    c",
+    ]

@@ -30,8 +30,11 @@ CAUGHT_BY = {
 def tamper_rows() -> dict[str, set[str]]:
     """TAMPERS of test_release.py, read from its source: tamper id -> the check ids it must fail."""
     tree = ast.parse((HERE / "test_release.py").read_text())
-    (table,) = [n.value for n in tree.body if isinstance(n, ast.Assign)
-                and any(isinstance(t, ast.Name) and t.id == "TAMPERS" for t in n.targets)]
+    (table,) = [
+        n.value
+        for n in tree.body
+        if isinstance(n, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "TAMPERS" for t in n.targets)
+    ]
     assert isinstance(table, ast.List)
     return {ast.literal_eval(row.elts[0]): ast.literal_eval(row.elts[2]) for row in table.elts}
 
@@ -51,8 +54,10 @@ def _test_source(ref: str) -> str | None:
 def test_every_verify_check_has_a_tamper() -> None:
     covered = set(CAUGHT_BY).union(*tamper_rows().values())
     missing = [c for c in CHECK_IDS if c not in covered]
-    assert not missing, (f"verify checks without a tamper that makes them fail: {missing}; add a row to TAMPERS "
-                         f"in tests/release/test_release.py, or a test and its row to CAUGHT_BY in {Path(__file__).name}")
+    assert not missing, (
+        f"verify checks without a tamper that makes them fail: {missing}; add a row to TAMPERS "
+        f"in tests/release/test_release.py, or a test and its row to CAUGHT_BY in {Path(__file__).name}"
+    )
 
 
 def test_the_table_names_only_real_checks() -> None:

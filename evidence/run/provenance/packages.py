@@ -22,7 +22,7 @@ def harness_python() -> dict[str, Any]:
 
     pkgs = {}
     for d in md.distributions():
-        name = d.metadata.get("Name")
+        name = d.metadata.get("Name")  # type: ignore[attr-defined]  # an email Message at run time, with .get
         if name:
             pkgs.setdefault(name, d.version)
     return {

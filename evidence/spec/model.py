@@ -501,10 +501,6 @@ def spec_sha256(path: str | Path) -> str:
     return sha256_file(Path(path))
 
 
-def is_inf(rate: Any) -> bool:
-    return rate == "inf" or (isinstance(rate, float) and math.isinf(rate))
-
-
 def spec_to_json(spec: Spec) -> str:
     """The validated spec with defaults filled (what runs store as spec.resolved.json)."""
     from evidence.canon import dumps

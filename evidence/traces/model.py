@@ -196,10 +196,6 @@ class KernelTable:
     def categories(self, col: str) -> tuple[str, ...]:
         return self._cats[col]
 
-    @property
-    def duration_ns(self) -> np.ndarray:
-        return self._num["end_ns"] - self._num["start_ns"]
-
     def filter(self, mask: np.ndarray) -> "KernelTable":
         """Rows where mask is true (or the given indices), in table order."""
         num = {k: v[mask] for k, v in self._num.items()}

@@ -44,6 +44,11 @@ class EndpointEngine(HttpEngine):
         return None
 
     @classmethod
+    def profile_spec(cls, spec: Spec, trace_dir: Path) -> tuple[Spec, list[str]]:
+        """Never reached: the runner profiles only where can_profile (a server it starts)."""
+        raise EngineError("an endpoint engine cannot be profiled: its server is started by someone else")
+
+    @classmethod
     def version_pin_hint(cls, spec: Spec, prov: Mapping[str, Any], pin: Mapping[str, Any]) -> tuple[str, str]:
         """(how the version was probed, what to do) for a refused engine-version pin."""
         return (f"probed GET {spec.engine.base_url}/version",

@@ -108,3 +108,18 @@ def test_no_engine_kind_comparison_outside_the_adapters() -> None:
         if re.search(r"engine\.kind\s*[!=]=", line)
     ]
     assert not hits, hits
+
+
+def test_the_profiler_hook(kind: str, tmp_path: Path) -> None:
+    cls = adapter_class(kind)
+    spec = spec_of(kind)
+    if not cls.can_profile:
+        with pytest.raises(EngineError):
+            cls.profile_spec(spec, tmp_path)
+        return
+    d = spec.model_dump()
+    p0 = spec.sweep.points[0]
+    d["profile"] = {"enabled": True, "tool": "torch", "points": [p0], "prompts": {p0: 4}}
+    pspec, extra = cls.profile_spec(Spec.model_validate(d), tmp_path)
+    assert isinstance(pspec, Spec) and extra and all(isinstance(a, str) for a in extra)
+    assert str(tmp_path.resolve()) in " ".join(extra)  # the traces land where the run asked

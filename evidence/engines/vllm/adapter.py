@@ -142,6 +142,13 @@ class VllmEngine(HttpEngine):
             return None
 
     @classmethod
+    def profile_spec(cls, spec: Spec, trace_dir: Path) -> tuple[Spec, list[str]]:
+        """The profiler hook: the spec and extra arguments of a server started with its profiler on."""
+        from evidence.engines.vllm.profiler import profile_spec
+
+        return profile_spec(spec, trace_dir)
+
+    @classmethod
     def version_pin_hint(cls, spec: Spec, prov: Mapping[str, Any], pin: Mapping[str, Any]) -> tuple[str, str]:
         """(how the version was probed, what to do) for a refused engine-version pin."""
         eng = prov.get("engine") or {}

@@ -143,9 +143,12 @@ def run_ours_inproc(spec: dict) -> dict:
         ps = run_sync(mk())
     else:
         ps = make_token_prompts(n, spec["input_len"], spec["output_len"], spec["seed"], vocab, exclude=excl)
+    from evidence.engines.vllm.metrics import TELEMETRY_SERIES
+
     cfg = TrialConfig(base_url=spec["url"], model=spec["model"], prompts=ps, max_concurrency=c,
                       temperature=spec.get("temperature", 0.0), extra_body=spec.get("extra_body") or {},
-                      http_stack=spec.get("http", "auto"), request_timeout_s=600, telemetry=True)
+                      http_stack=spec.get("http", "auto"), request_timeout_s=600, telemetry=True,
+                      telemetry_series=TELEMETRY_SERIES)
     if spec.get("warmup"):
         run_trial(cfg.replace(prompts=ps[: spec["warmup"]], phase="warmup", telemetry=False))
     r = run_trial(cfg)

@@ -98,6 +98,8 @@ class Engine(Protocol):
     can_profile: bool
     #: the server runs in a Python of its own whose packages belong in the provenance
     engine_python: bool
+    #: the `/metrics` series sampled during a trial -> the engine-neutral telemetry column the analysis reads
+    telemetry_series: Mapping[str, str]
     base_url: str
     log_path: Any
     ready_after_s: float | None

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from evidence.engines.base import EXTERNAL, EngineError, HttpEngine, combine_resolved, register, requested_from_spec
-from evidence.engines.vllm.metrics import parse_metrics
+from evidence.engines.vllm.metrics import TELEMETRY_SERIES, parse_metrics
 from evidence.spec.model import Spec
 
 
@@ -23,6 +23,8 @@ class EndpointEngine(HttpEngine):
     local_process = False  # someone else's server: nothing starts, restarts or stops
     can_profile = False  # the profiler is switched on where the server starts
     engine_python = False  # its Python is not ours to inspect
+    # read as vLLM's /metrics, as its resolved settings are; a server without them has telemetry absent, with why
+    telemetry_series = TELEMETRY_SERIES
 
     def __init__(self, spec: Spec, base_url: str | None = None):
         url = base_url or spec.engine.base_url

@@ -1,7 +1,8 @@
 """Engine telemetry during a trial: the Prometheus `/metrics` page, sampled.
 
 A sampler task scrapes `/metrics` every `interval_s` while a trial runs and keeps
-a few vLLM series per sample:
+the series the engine adapter names (`wanted`: series -> column; vLLM's are
+evidence.engines.vllm.metrics.TELEMETRY_SERIES) per sample:
 
     {"t_s": ..., "scrape_s": ..., "num_requests_running": ..., "num_requests_waiting": ...,
      "kv_cache_usage_perc": ..., "generation_tokens_total": ..., "prompt_tokens_total": ...,
@@ -12,9 +13,8 @@ the request records (the midpoint of the scrape; `scrape_s` is its duration, so
 the sample was taken within t_s +/- scrape_s/2). A key is present only when the
 server exposes that series. Series with several label sets (one per engine, say)
 are summed; `kv_cache_usage_perc`, a fraction per engine, is averaged instead
-(a sum of fractions is not a fraction). vLLM's older name
-`vllm:gpu_cache_usage_perc` counts as `kv_cache_usage_perc`; a counter exposed
-without its `_total` suffix counts as the `_total` name.
+(a sum of fractions is not a fraction). A counter exposed without its `_total`
+suffix counts as the `_total` name.
 
 The scrape uses its own one-connection HTTP session so that it never waits for
 a connection the load generator holds, and only the lines of the wanted series
@@ -29,15 +29,6 @@ import time
 from dataclasses import dataclass
 from typing import Any, Iterable
 
-WANTED: dict[str, str] = {
-    "vllm:num_requests_running": "num_requests_running",
-    "vllm:num_requests_waiting": "num_requests_waiting",
-    "vllm:kv_cache_usage_perc": "kv_cache_usage_perc",
-    "vllm:gpu_cache_usage_perc": "kv_cache_usage_perc",
-    "vllm:generation_tokens_total": "generation_tokens_total",
-    "vllm:prompt_tokens_total": "prompt_tokens_total",
-    "vllm:num_preemptions_total": "num_preemptions_total",
-}
 MEAN_KEYS = frozenset({"kv_cache_usage_perc"})
 
 
@@ -150,7 +141,7 @@ def _key_for(name: str, wanted: dict[str, str]) -> str | None:
     return k
 
 
-def summarize(samples: Iterable[Sample], wanted: dict[str, str] = WANTED) -> dict[str, float]:
+def summarize(samples: Iterable[Sample], wanted: dict[str, str]) -> dict[str, float]:
     """Wanted series -> one number each: summed over label sets (averaged for MEAN_KEYS)."""
     sums: dict[str, float] = {}
     counts: dict[str, int] = {}
@@ -175,7 +166,7 @@ def filter_lines(body: bytes, prefixes: tuple[bytes, ...]) -> str:
     return b"\n".join(keep).decode("utf-8", "replace")
 
 
-def sample_from_body(body: bytes, wanted: dict[str, str] = WANTED) -> dict[str, float]:
+def sample_from_body(body: bytes, wanted: dict[str, str]) -> dict[str, float]:
     return summarize(parse_prometheus(filter_lines(body, _prefixes(wanted))), wanted)
 
 
@@ -186,8 +177,8 @@ class TelemetrySampler:
     unavailable, or None. Then `start(t0_perf)` and, after the trial, `await stop()`.
     """
 
-    def __init__(self, base_url: str, interval_s: float = 0.25, timeout_s: float = 5.0,
-                 wanted: dict[str, str] = WANTED, headers: dict[str, str] | None = None, gpu: bool = True):
+    def __init__(self, base_url: str, interval_s: float = 0.25, timeout_s: float = 5.0, *,
+                 wanted: dict[str, str], headers: dict[str, str] | None = None, gpu: bool = True):
         import aiohttp
 
         from evidence.loadgen.gpu import GpuReader
@@ -257,7 +248,8 @@ class TelemetrySampler:
             self.reason = f"/metrics is not Prometheus text: {exc}"
             return self.reason
         if not vals:
-            self.reason = "/metrics has none of the vllm: series sampled"
+            self.reason = ("/metrics has none of the series sampled (" + ", ".join(sorted(self.wanted)) + ")"
+                           if self.wanted else "no /metrics series to sample: the engine adapter names none")
             return self.reason
         self.series = sorted(vals)
         return None

@@ -81,6 +81,8 @@ class TrialConfig:
     endpoint: str = "/v1/completions"
     telemetry: bool = True
     telemetry_interval_s: float = 0.25
+    # /metrics series -> telemetry column, as the engine adapter names them (Engine.telemetry_series)
+    telemetry_series: Mapping[str, str] = field(default_factory=dict)
     read_bufsize: int = READ_BUFSIZE
     freeze_gc: bool = True
     normalize_schedule: bool = True
@@ -260,7 +262,7 @@ async def run_trial_async(config: TrialConfig, *,
     sampler: TelemetrySampler | None = None
     tele_reason: str | None = "telemetry disabled by the caller"
     if c.telemetry:
-        sampler = TelemetrySampler(base, c.telemetry_interval_s, headers=headers)
+        sampler = TelemetrySampler(base, c.telemetry_interval_s, wanted=dict(c.telemetry_series), headers=headers)
         tele_reason = await sampler.probe()
     callback_errors: list[str] = []
     sem = asyncio.Semaphore(max_concurrency) if max_concurrency else None

@@ -134,6 +134,9 @@ def trial_config(spec: Spec, base_url: str, prompts, *, max_concurrency: int | N
     """
     from evidence.loadgen.trial import TrialConfig
 
+    from evidence.engines import adapter_class
+
+    overrides.setdefault("telemetry_series", adapter_class(spec.engine.kind).telemetry_series)  # the adapter's names
     return TrialConfig.from_spec(spec, base_url=base_url, model=served_name(spec), prompts=prompts,
                                  max_concurrency=max_concurrency, seed=seed, phase=phase, stop=stop, **overrides)
 

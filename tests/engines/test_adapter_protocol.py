@@ -47,6 +47,11 @@ def test_capabilities_are_declared(kind: str) -> None:
     assert cls.kind == kind
     for cap in ("local_process", "can_profile", "engine_python"):
         assert isinstance(getattr(cls, cap), bool), f"{kind}: {cap} is not declared"
+    # the series it names feed the engine-neutral columns the analysis reads
+    from evidence.analysis.telemetry import GAUGES
+
+    columns = {c for c, _ in GAUGES} | {"generation_tokens_total", "prompt_tokens_total", "num_preemptions_total"}
+    assert cls.telemetry_series and set(cls.telemetry_series.values()) <= columns, cls.telemetry_series
     # a server someone else runs can neither be profiled from here nor its Python probed
     if not cls.local_process:
         assert not cls.can_profile and not cls.engine_python

@@ -13,6 +13,7 @@ import time
 
 import pytest
 
+from evidence.engines.vllm.metrics import TELEMETRY_SERIES
 from evidence.loadgen.trial import TrialConfig, arrival_schedule, run_trial, run_trial_async
 from evidence.metrics import trial_metrics
 from evidence.loadgen.prompts import make_token_prompts
@@ -43,6 +44,7 @@ def prompts(n, out=8, inp=16):
 
 def config(url, model, ps, *, http="auto", timeout_s=600.0, **kw):
     """A TrialConfig from the names these tests use (http -> http_stack, timeout_s -> request_timeout_s)."""
+    kw.setdefault("telemetry_series", TELEMETRY_SERIES)  # the stand-in serves vLLM's /metrics names
     return TrialConfig(base_url=url, model=model, prompts=ps, http_stack=http, request_timeout_s=timeout_s, **kw)
 
 

@@ -13,6 +13,7 @@ import time
 import pytest
 from aiohttp import web
 
+from evidence.engines.vllm.metrics import TELEMETRY_SERIES
 from evidence.loadgen.prompts import make_text_prompts, make_token_prompts
 from evidence.loadgen.stop import StopFlag
 from evidence.loadgen.trial import TrialConfig, run_trial, run_trial_async
@@ -28,6 +29,7 @@ def prompts(n, out=8, inp=16):
 def cfg(url, ps, **kw):
     kw.setdefault("telemetry", False)
     kw.setdefault("request_timeout_s", 10.0)
+    kw.setdefault("telemetry_series", TELEMETRY_SERIES)  # the stand-in serves vLLM's /metrics names
     return TrialConfig(base_url=url, model="standin", prompts=ps, **kw)
 
 

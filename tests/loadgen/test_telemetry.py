@@ -8,6 +8,7 @@ import time
 
 import pytest
 
+from evidence.engines.vllm.metrics import TELEMETRY_SERIES as SERIES
 from evidence.tools.standin import StandinServer
 from evidence.loadgen.telemetry import (
     PromParseError,
@@ -59,7 +60,7 @@ def test_parse_labels_values_and_comments():
 
 
 def test_summarize_sums_label_sets_and_averages_the_fraction():
-    d = summarize(parse_prometheus(PAGE))
+    d = summarize(parse_prometheus(PAGE), SERIES)
     assert d == {
         "num_requests_running": 7.0,  # 3 + 4
         "num_requests_waiting": 7.0,  # 7 + 0
@@ -71,12 +72,12 @@ def test_summarize_sums_label_sets_and_averages_the_fraction():
 
 
 def test_older_gpu_cache_name_counts_as_kv_cache():
-    d = summarize(parse_prometheus('vllm:gpu_cache_usage_perc{model_name="m"} 0.125\n'))
+    d = summarize(parse_prometheus('vllm:gpu_cache_usage_perc{model_name="m"} 0.125\n'), SERIES)
     assert d == {"kv_cache_usage_perc": 0.125}
 
 
 def test_filtered_body_gives_the_same_answer():
-    assert sample_from_body(PAGE.encode()) == summarize(parse_prometheus(PAGE))
+    assert sample_from_body(PAGE.encode(), SERIES) == summarize(parse_prometheus(PAGE), SERIES)
 
 
 @pytest.mark.parametrize("bad", ['x{a="1" 3', 'x{a=1} 3', "x{a=\"1\"}", 'x abc'])
@@ -92,7 +93,7 @@ def test_empty_label_set_and_unlabelled():
 
 def test_sampler_against_standin():
     async def main(url):
-        t = TelemetrySampler(url, interval_s=0.02)
+        t = TelemetrySampler(url, interval_s=0.02, wanted=SERIES)
         assert await t.probe() is None
         t0 = time.perf_counter()
         t.start(t0)
@@ -112,7 +113,7 @@ def test_sampler_against_standin():
 
 def test_sampler_reports_why_unavailable():
     async def main(url):
-        t = TelemetrySampler(url)
+        t = TelemetrySampler(url, wanted=SERIES)
         reason = await t.probe()
         await t.close()
         return reason

@@ -23,7 +23,7 @@ from typing import Any, Iterable, Mapping
 from evidence.engines.base import (EngineError, HttpEngine, combine_resolved, free_port, register,
                                    requested_from_spec)
 from evidence.engines.vllm.logs import LOG_TAIL_LINES, log_tail, parse_server_log
-from evidence.engines.vllm.metrics import parse_metrics
+from evidence.engines.vllm.metrics import TELEMETRY_SERIES, parse_metrics
 from evidence.resources import VLLM_LAUNCHER
 from evidence.spec.model import Spec
 
@@ -98,6 +98,7 @@ class VllmEngine(HttpEngine):
     local_process = True  # starts, restarts (each session) and stops its own server
     can_profile = True  # the torch profiler is switched on for a server started for it
     engine_python = True  # vLLM runs in its own venv, whose packages are provenance
+    telemetry_series = TELEMETRY_SERIES
 
     def __init__(
         self,

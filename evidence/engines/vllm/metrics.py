@@ -1,9 +1,21 @@
-"""vLLM's `/metrics` names: what its Prometheus text says about the KV cache."""
+"""vLLM's `/metrics` names: the series sampled during a trial, and what the text says about the KV cache."""
 
 from __future__ import annotations
 
 import re
 from typing import Any
+
+#: The series the load generator samples during a trial -> the engine-neutral column the analysis reads.
+#: `vllm:gpu_cache_usage_perc` is vLLM's older name of `kv_cache_usage_perc`.
+TELEMETRY_SERIES: dict[str, str] = {
+    "vllm:num_requests_running": "num_requests_running",
+    "vllm:num_requests_waiting": "num_requests_waiting",
+    "vllm:kv_cache_usage_perc": "kv_cache_usage_perc",
+    "vllm:gpu_cache_usage_perc": "kv_cache_usage_perc",
+    "vllm:generation_tokens_total": "generation_tokens_total",
+    "vllm:prompt_tokens_total": "prompt_tokens_total",
+    "vllm:num_preemptions_total": "num_preemptions_total",
+}
 
 
 def parse_cache_config_info(metrics_text: str) -> dict[str, str] | None:

@@ -11,6 +11,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from evidence.analysis.model import Analysis
 from evidence.canon import dumps
 
 out = Console(highlight=False, soft_wrap=True)
@@ -33,26 +34,27 @@ def _fail(e: Exception) -> None:
     raise typer.Exit(2)
 
 
-def _points_table(res: dict) -> Table:
+def _points_table(res: Analysis) -> Table:
     from evidence.analysis.numbers import pct_text
 
-    t = Table(title=f"{res['spec']['name']}: output throughput per point ({res['spec']['cv']} CV)")
+    t = Table(title=f"{res.spec.name}: output throughput per point ({res.spec.cv} CV)")
     for col in ("point", "mean tok/s", "steady-state tok/s", "CV", "min", "max", "repeats", "failed req.", "flags"):
         t.add_column(col, justify="left" if col in ("point", "flags") else "right")
-    within = {w["point"]: w for w in res.get("within", {}).get("points", [])}
-    for p in res["points"]:
-        tp = p["output_throughput"]
-        st = (within.get(p["point"]) or {}).get("steady_throughput_mean")
-        t.add_row(p["label"], f"{tp['mean']:,.2f}" if tp["mean"] is not None else "n/a",
-                  f"{st:,.2f}" if st is not None else "n/a", pct_text(tp["cv"]),
-                  f"{tp['min']:,.2f}" if tp["min"] is not None else "n/a",
-                  f"{tp['max']:,.2f}" if tp["max"] is not None else "n/a",
-                  f"{p['repeats_measured']}/{p['repeats_planned']}", str(p["failed"] if p["failed"] is not None else "n/a"),
-                  "; ".join(p["flags"])[:120])
+    # the steady-state window is not in the typed model yet: read from the dict it wraps
+    within = {w["point"]: w for w in res.raw.get("within", {}).get("points", [])}
+    for p in res.points:
+        tp = p.output_throughput
+        st = (within.get(p.point) or {}).get("steady_throughput_mean")
+        t.add_row(p.label, f"{tp.mean:,.2f}" if tp.mean is not None else "n/a",
+                  f"{st:,.2f}" if st is not None else "n/a", pct_text(tp.cv),
+                  f"{tp.min:,.2f}" if tp.min is not None else "n/a",
+                  f"{tp.max:,.2f}" if tp.max is not None else "n/a",
+                  f"{p.repeats_measured}/{p.repeats_planned}", str(p.failed if p.failed is not None else "n/a"),
+                  "; ".join(p.flags)[:120])
     return t
 
 
-def _comparisons_table(res: dict) -> Table:
+def _comparisons_table(res: Analysis) -> Table:
     """Every declared comparison: the win count beside the interval, p and MDE it must not outrun."""
     from evidence.analysis.findings import p_text
     from evidence.analysis.numbers import interval_text, pct_text
@@ -60,31 +62,32 @@ def _comparisons_table(res: dict) -> Table:
     t = Table(title="paired comparisons (output throughput; paired t on ln(a/b), Holm over the declared ones)")
     for col in ("comparison", "verdict", "wins a-b", "n", "effect", "95% CI", "p", "p (Holm)", "MDE"):
         t.add_column(col, justify="left" if col in ("comparison", "verdict") else "right")
-    for c in res["comparisons"]:
-        ci = c["ci95"]
-        t.add_row(c["name"], c["verdict"], f"{c['wins_a']}-{c['wins_b']}", f"{c['n_units']} {c['unit']}s",
-                  pct_text(c["effect"], 1, signed=True),
-                  interval_text(ci) if ci else "n/a",
-                  p_text(c["p_value"]), p_text(c["p_adjusted"]), pct_text(c["mde"], 1))
+    for c in res.comparisons:
+        t.add_row(c.name, c.verdict, f"{c.wins_a}-{c.wins_b}", f"{c.n_units} {c.unit}s",
+                  pct_text(c.effect, 1, signed=True),
+                  interval_text(c.ci95) if c.ci95 else "n/a",
+                  p_text(c.p_value), p_text(c.p_adjusted), pct_text(c.mde, 1))
     return t
 
 
-def _print_findings(res: dict) -> None:
+def _print_findings(d: dict) -> None:
+    res = Analysis.from_dict(d)
     out.print(_points_table(res))
-    if res["comparisons"]:
+    if res.comparisons:
         out.print(_comparisons_table(res))
-    for c in res["comparisons"]:
-        out.print(f"[bold]{c['name']}[/]: {c['statement']}", markup=True)
-    o = res["ordering"]
-    if o["statement"]:
-        out.print(f"ordering: {o['statement']} (held in {o['held_in_repeats']}/{o['repeats_planned']} repeats; "
-                  f"supported: {o['supported_statement']})")
-    for d in res["dominance"]["pairs"]:
-        out.print(f"dominance: {d['verdict_statement']} (held in {d['held_in_repeats']}/{d['repeats_planned']} repeats)")
-    comp = res["completeness"]
-    if comp["missing"] or comp["with_failures"] or comp["zero_completed"]:
-        out.print(f"[yellow]caution[/]: missing {comp['missing'] or 'none'}; failed requests in "
-                  f"{comp['with_failures'] or 'none'}", markup=True)
+    for c in res.comparisons:
+        out.print(f"[bold]{c.name}[/]: {c.statement}", markup=True)
+    o = res.ordering
+    if o.statement:
+        out.print(f"ordering: {o.statement} (held in {o.held_in_repeats}/{o.repeats_planned} repeats; "
+                  f"supported: {o.supported_statement})")
+    for dom in d["dominance"]["pairs"]:  # dominance is not in the typed model yet
+        out.print(f"dominance: {dom['verdict_statement']} (held in {dom['held_in_repeats']}/{dom['repeats_planned']} "
+                  "repeats)")
+    comp = res.completeness
+    if comp.missing or comp.with_failures or comp.zero_completed:
+        out.print(f"[yellow]caution[/]: missing {comp.missing or 'none'}; failed requests in "
+                  f"{comp.with_failures or 'none'}", markup=True)
 
 
 def _enclosing_release(p: Path) -> Path | None:

@@ -24,7 +24,7 @@ from typing import Any, Callable, Sequence
 from evidence.canon import dumps, read_json, write_atomic
 from evidence.execute.backends import ExecuteError, Settings, make_executor, run_job, slurm_state
 from evidence.rundir import EXECUTION_JSON, RunDir
-from evidence.spec.load import SpecError
+from evidence.spec.errors import SpecError
 from evidence.spec.model import load_spec, spec_sha256
 
 SCHEDULER_ENDED = {"CANCELLED", "TIMEOUT", "PREEMPTED", "NODE_FAIL", "FAILED", "OUT_OF_MEMORY", "BOOT_FAIL",

@@ -15,7 +15,7 @@ from pydantic import BaseModel
 from pydantic_core import PydanticUndefined
 
 from evidence.spec import model as m
-from evidence.spec.load import models_in
+from evidence.spec.errors import models_in
 
 # dotted field path -> (unit, meaning). The meaning is "" where the Field has a description.
 FIELD_DOCS: dict[str, tuple[str, str]] = {

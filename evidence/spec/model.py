@@ -23,7 +23,7 @@ from pydantic import (
     model_validator,
 )
 
-from evidence.spec.load import SpecError, validate_located
+from evidence.spec.errors import SpecError, validate_located
 from evidence.spec.yamlsrc import Located, YamlSourceError, read_yaml
 
 HEX40 = re.compile(r"^[0-9a-f]{40}$")

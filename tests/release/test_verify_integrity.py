@@ -223,3 +223,105 @@ def test_bare_percent_in_a_release_manifest_fails_verify(case):
     rep = _verify(case, rel)
     assert rep["returncode"] == 1 and "bagit.manifests" in _failed(rep)
     assert any("RFC 8493" in f["message"] for f in rep["by_id"]["bagit.manifests"]["findings"])
+
+
+# --------------------------------------------------------------------------- refused unread (item 5)
+
+TIB = 1 << 40
+
+
+def _sparse(path: Path, size: int = TIB) -> Path:
+    with open(path, "wb") as f:  # a hole: no block is written
+        f.truncate(size)
+    return path
+
+
+@pytest.fixture
+def never_opened(monkeypatch):
+    """Fail the test if any file (absolute path) in the returned set is opened (os.open, open, io.open) here."""
+    import builtins
+    import io
+
+    watched: set[str] = set()
+    opened: list[str] = []
+    real_os_open, real_open = os.open, builtins.open
+
+    def guard(p):
+        if isinstance(p, (str, os.PathLike)) and os.path.abspath(os.fspath(p)) in watched:
+            opened.append(os.fspath(p))
+            raise AssertionError(f"{p} was opened")
+
+    def os_open(p, *a, **k):
+        guard(p)
+        return real_os_open(p, *a, **k)
+
+    def b_open(p, *a, **k):
+        guard(p)
+        return real_open(p, *a, **k)
+
+    monkeypatch.setattr(os, "open", os_open)
+    monkeypatch.setattr(builtins, "open", b_open)
+    monkeypatch.setattr(io, "open", b_open)
+    yield watched
+    assert opened == [], opened
+
+
+def _verify_in_process(rel: Path):
+    from evidence.release import verify
+
+    return verify.verify(rel, regen=False)
+
+
+def test_unlisted_sparse_tib_file_is_refused_unread(case, never_opened):
+    rel = case / "repo" / "releases" / TAG
+    big = _sparse(rel / "data" / "raw" / RUN_ID / "huge.bin")
+    never_opened.add(str(big))
+    rep = _verify_in_process(rel)
+    failed = {c.id for c in rep.failed}
+    assert "complete.unexpected" in failed and f"data/raw/{RUN_ID}/huge.bin" in {
+        f.path for f in rep.by_id()["complete.unexpected"].findings}
+    assert "fixity.payload" not in failed  # every listed file was hashed and matches
+    assert rep.by_id()["archive.sha256"].status == "skip"  # rebuilding the archive would read it
+
+
+def test_unlisted_sparse_file_via_the_cli(case):
+    rel = case / "repo" / "releases" / TAG
+    _sparse(rel / "data" / "raw" / RUN_ID / "huge.bin")
+    rep = _verify(case, rel)
+    assert rep["returncode"] == 1 and "complete.unexpected" in _failed(rep)
+
+
+def test_listed_file_of_another_size_is_not_hashed(case, never_opened):
+    rel = case / "repo" / "releases" / TAG
+    (rel / RAW_REQ).unlink()
+    never_opened.add(str(_sparse(rel / RAW_REQ)))
+    rep = _verify_in_process(rel)
+    fx = rep.by_id()["fixity.payload"]
+    assert fx.status == "fail" and any(f.path == RAW_REQ and f.found == "not hashed" and "declared" in f.message
+                                       for f in fx.findings), fx.findings
+    assert {"bagit.oxum", "metadata.agrees"} <= {c.id for c in rep.failed}
+
+
+def test_declared_size_beyond_the_oxum_is_not_hashed(case, never_opened):
+    """release.json edited to declare the big size (tag manifest rewritten), the Payload-Oxum left as it was."""
+    from evidence import canon
+
+    rel = case / "repo" / "releases" / TAG
+    (rel / RAW_REQ).unlink()
+    never_opened.add(str(_sparse(rel / RAW_REQ)))
+    meta = json.loads((rel / layout.RELEASE_JSON).read_text())
+    next(f for f in meta["files"] if f["path"] == RAW_REQ)["bytes"] = TIB
+    (rel / layout.RELEASE_JSON).write_text(canon.dumps(meta))
+    _retag(rel)
+    rep = _verify_in_process(rel)
+    fx = rep.by_id()["fixity.payload"]
+    assert fx.status == "fail" and any(f.path == RAW_REQ and "Payload-Oxum" in f.message for f in fx.findings)
+
+
+def test_tib_release_json_is_not_read(case, never_opened):
+    rel = case / "repo" / "releases" / TAG
+    (rel / layout.RELEASE_JSON).unlink()
+    never_opened.add(str(_sparse(rel / layout.RELEASE_JSON)))
+    rep = _verify_in_process(rel)
+    assert rep.by_id()["metadata.canonical"].status == "fail" and "too large" in rep.by_id()["metadata.canonical"].message
+    assert "fixity.tag" in {c.id for c in rep.failed}

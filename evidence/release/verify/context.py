@@ -15,8 +15,8 @@ from pathlib import Path
 from typing import Any, Callable
 
 from evidence.release.files import FileDigest, Inventory, Progress, hash_files, inventory
-from evidence.release.layout import (BAG_INFO, DERIVED_ROLES, MANIFEST, PAYLOAD_DIR, RELEASE_JSON, TAGMANIFEST, Finding,
-                                     dig, path_key, payload_path, printable_tree)
+from evidence.release.layout import (BAG_INFO, DERIVED_ROLES, MANIFEST, PAYLOAD_DIR, RELEASE_JSON, TAG_READ_LIMIT,
+                                     TAGMANIFEST, Finding, dig, path_key, payload_path, printable_tree)
 from evidence.release.manifest import ManifestEntry, parse_manifest
 from evidence.release.progress import NoPhases, Phases
 from evidence.release.regen import run_regeneration
@@ -273,10 +273,6 @@ def _bytes_phase(phases: Phases, key: str, title: str) -> Progress:
         phases.advance(key, n)
     return cb
 
-
-# the most a tag file (manifest, release.json, bag-info, the regenerator's wheel) is read into memory or hashed;
-# a manifest of two million files is about 200 MB
-TAG_READ_LIMIT = 256 << 20
 
 CheckFn = Callable[[VerifyContext], tuple[str, str, list[Finding]]]
 

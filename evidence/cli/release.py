@@ -51,8 +51,9 @@ is given), and regeneration of analysis, figures and report from data/raw compar
 (for a PNG that differs: whether the pixels match and which render-environment versions differ).
 Regeneration uses the release's own code: the wheel it carries when its files are the code of a
 commit in this repository (in an isolated environment built from its lock when this one differs),
-or for older releases the commit that froze them; the report says which. A tag absent from this clone is not tampering: it is reported prominently ("tag binding
-not checked"), and fails only with --require-tag. A .tar is checked member by member before
+or for older releases the commit that froze them; the report says which. release.json's tag must be the folder's name (and the archive's). A tag absent from this clone is not
+tampering: it is reported prominently ("tag binding not checked", a skip, never a pass), the folder is
+compared with what HEAD commits at its path instead (git.head), and it fails only with --require-tag. A .tar is checked member by member before
 anything is extracted, into a temporary folder.
 
 Exit 0: valid. 1: a check failed. 2: could not verify (not a release, unreadable)."""

@@ -17,8 +17,8 @@ from pathlib import Path
 from typing import Any
 
 from evidence.release.files import inventory
-from evidence.release.layout import (BAG_INFO, CHUNK, MANIFEST, PAYLOAD_DIR, RELEASE_JSON, REQUIRED_FILES, TAGMANIFEST, Finding,
-                                     ReleaseError, path_key, printable)
+from evidence.release.layout import (BAG_INFO, CHUNK, MANIFEST, PAYLOAD_DIR, RELEASE_JSON, REQUIRED_FILES, TAG_READ_LIMIT,
+                                     TAGMANIFEST, Finding, ReleaseError, path_key, printable)
 from evidence.release.manifest import parse_manifest
 
 
@@ -98,7 +98,6 @@ def tar_sha256_of_folder(release_dir: Path, *, mtime: int) -> str:
 
 
 _MEMBER_TYPES = (tarfile.REGTYPE, tarfile.AREGTYPE, tarfile.DIRTYPE)
-_TAG_READ_LIMIT = 64 << 20  # tag files are read into memory before extraction; a bigger one is not a release's
 
 
 def tar_member_problems(members: list[tarfile.TarInfo], archive_size: int | None = None) -> list[Finding]:
@@ -143,7 +142,7 @@ def tar_member_problems(members: list[tarfile.TarInfo], archive_size: int | None
 
 
 def _read_small(tf: tarfile.TarFile, m: tarfile.TarInfo | None) -> bytes | None:
-    if m is None or not m.isfile() or m.size > _TAG_READ_LIMIT:
+    if m is None or not m.isfile() or m.size > TAG_READ_LIMIT:
         return None
     f = tf.extractfile(m)
     return f.read(m.size) if f is not None else None

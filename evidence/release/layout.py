@@ -47,6 +47,9 @@ BAGIT_DECLARATION = b"BagIt-Version: 1.0\nTag-File-Character-Encoding: UTF-8\n"
 ALLOW_VALUES = ("incomplete",)
 TAG_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 CHUNK = 4 << 20  # 4 MiB reads: large enough that hashlib releases the GIL for nearly all the work
+# the most a tag file (a manifest, release.json, bag-info, the regenerator's wheel) may hold: verify reads the
+# small ones into memory and hashes the rest, in a folder as in an archive; a bigger one is not a release's
+TAG_READ_LIMIT = 64 << 20
 
 
 class ReleaseError(Exception):

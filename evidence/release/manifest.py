@@ -13,8 +13,27 @@ def encode_manifest_path(p: str) -> str:
     return p.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
 
 
-def decode_manifest_path(p: str) -> str:
-    return re.sub(r"%(25|0[AaDd])", lambda m: {"25": "%", "0A": "\n", "0D": "\r"}[m.group(1).upper()], p)
+_DECODED = {"25": "%", "0A": "\n", "0D": "\r"}
+_PERCENT = re.compile(r"%(.{0,2})", re.S)
+
+
+def decode_manifest_path(p: str) -> tuple[str, str | None]:
+    """(the path, None) per RFC 8493 2.1.3, or (p as written, why it cannot be decoded). Only %25, %0A and %0D
+    (either case) are defined: a literal '%' must be written %25, so any other '%' makes the path ambiguous."""
+    bad: list[str] = []
+
+    def one(m: re.Match) -> str:
+        code = m.group(1).upper()
+        if code in _DECODED:
+            return _DECODED[code]
+        bad.append(m.group(0))
+        return m.group(0)
+
+    out = _PERCENT.sub(one, p)
+    if bad:
+        return p, (f"'%' not followed by 25, 0A or 0D ({', '.join(repr(b) for b in bad)}): RFC 8493 writes a literal "
+                   "'%' as %25 and encodes only CR, LF and '%'")
+    return out, None
 
 
 def render_manifest(digests: dict[str, str]) -> bytes:
@@ -57,7 +76,10 @@ def parse_manifest(data: bytes, name: str) -> tuple[list[ManifestEntry], list["F
         if not re.fullmatch(r"[0-9a-f]{64}  .+", line):
             problems.append(Finding(f"{name}:{i}", "64 lowercase hex digits, two spaces, the path", line[:120],
                                     "the line does not have the exact format freeze writes"))
-        entries.append(ManifestEntry(i, m.group(1).lower(), decode_manifest_path(m.group(2))))
+        path, why = decode_manifest_path(m.group(2))
+        if why:
+            problems.append(Finding(f"{name}:{i}", "a path percent-encoded per RFC 8493", m.group(2)[:120], why))
+        entries.append(ManifestEntry(i, m.group(1).lower(), path))
     seen: dict[str, int] = {}
     for e in entries:
         if e.path in seen:

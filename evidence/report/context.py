@@ -36,6 +36,7 @@ from evidence.figures import figure_bytes, render_environment
 from evidence.metrics import HEADLINE_METRICS, METRIC_DOCS, REPORTED_METRICS
 from evidence.analysis.findings import p_text
 from evidence.report.format import fixed, join_flags, num, pct, provenance_rows, section, table, text, utc
+from evidence.report.sanitize import CSP
 from evidence.report.layout import geometry_rows, headline, latency_concurrency_table
 from evidence.rundir import PROVENANCE_JSON, REPORT
 
@@ -539,6 +540,7 @@ def _env(templates: Path):
                              keep_trailing_newline=True, trim_blocks=True, lstrip_blocks=True)
     env.filters["mdcell"] = lambda s: str(s).replace("\\", "\\\\").replace("|", "\\|").replace("\n", " ")
     env.filters["slug"] = lambda s: re.sub(r"[^a-z0-9]+", "-", str(s).lower()).strip("-")
+    env.globals["csp"] = CSP  # the page's Content-Security-Policy (report.html.j2's <meta>)
     return env
 
 

@@ -25,6 +25,7 @@ from evidence.canon import write_atomic
 from evidence.figures import COLORS, DPI, RC, REPEAT_MARKERS
 from evidence.report.format import join_flags, num, pct, section, table, text
 from evidence.report.layout import comparison_line, headline
+from evidence.report.sanitize import CSP, markdown_html
 from evidence.resources import TEMPLATES
 
 INDEX_FIGURE = "index_throughput.png"
@@ -181,9 +182,11 @@ def _differs_tables(compare: dict) -> list[dict]:
 def _env():
     import jinja2
 
-    return jinja2.Environment(loader=jinja2.FileSystemLoader(str(TEMPLATES)), undefined=jinja2.StrictUndefined,
-                              autoescape=jinja2.select_autoescape(enabled_extensions=("html.j2",), default=False),
-                              keep_trailing_newline=True, trim_blocks=True, lstrip_blocks=True)
+    env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(TEMPLATES)), undefined=jinja2.StrictUndefined,
+                             autoescape=jinja2.select_autoescape(enabled_extensions=("html.j2",), default=False),
+                             keep_trailing_newline=True, trim_blocks=True, lstrip_blocks=True)
+    env.globals["csp"] = CSP
+    return env
 
 
 def _notes_parts(notes: str | None) -> tuple[str, str]:
@@ -197,9 +200,8 @@ def _notes_parts(notes: str | None) -> tuple[str, str]:
 
 
 def _md_html(text: str) -> str:
-    import markdown
-
-    return markdown.markdown(text, extensions=["tables"], output_format="html") if text else ""
+    # the author's Markdown may hold raw HTML: only nh3's sanitised output is ever marked |safe
+    return markdown_html(text)
 
 
 def _caveats_line(r: dict) -> list[str]:

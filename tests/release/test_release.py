@@ -113,6 +113,7 @@ def test_untouched_release_passes_every_check(frozen):
     status = {c.id: c.status for c in rep.checks}
     assert rep.exit_code == 0, [(c.id, c.message, c.findings[:2]) for c in rep.failed]
     assert status.pop("archive.members") == "skip"  # a folder, not an archive
+    assert status.pop("git.head") == "skip"  # the tag is here: git.files compares with the tagged commit
     assert set(status.values()) == {"pass"}, status
 
 

@@ -1,5 +1,5 @@
-"""Tag states: present and binding (pass); absent in this clone (pass, said prominently; --require-tag
-fails it); not in a repository at all (skip with the same note; --require-tag fails); lightweight,
+"""Tag states: present and binding (pass); absent in this clone (skip, said prominently, and the files are
+compared with HEAD instead; --require-tag fails it); not in a repository at all (skip with the same note; --require-tag fails); lightweight,
 moved, or with edited digests (fail). And `cd releases/X && evidence verify .`."""
 
 from __future__ import annotations
@@ -64,18 +64,21 @@ def _v(repo: Path, **kw) -> verify.VerifyReport:
 
 def test_present_and_binding(repo):
     rep = _v(repo)
-    assert set(_git_status(rep).values()) == {"pass"} and rep.ok and not rep.notes
+    st = _git_status(rep)
+    assert st.pop("git.head") == "skip"  # the tag is here: git.files compares with the tagged commit
+    assert set(st.values()) == {"pass"} and rep.ok and not rep.notes
 
 
-def test_absent_in_this_clone_passes_and_says_so(repo):
+def test_absent_in_this_clone_is_not_a_pass_and_says_so(repo):
     _git(repo, "tag", "-d", TAG)
     rep = _v(repo)
     assert rep.ok
     tag = rep.by_id()["git.tag"]
-    assert tag.status == "pass" and "tag binding not checked: tag not present here; git fetch --tags" in tag.message
+    assert tag.status == "skip" and "tag binding not checked: tag not present here; git fetch --tags" in tag.message
     assert any("git fetch --tags" in n for n in rep.notes)
-    assert {k: v for k, v in _git_status(rep).items() if k != "git.tag"} == dict.fromkeys(
+    assert {k: v for k, v in _git_status(rep).items() if k not in ("git.tag", "git.name", "git.head")} == dict.fromkeys(
         ("git.annotated", "git.peel", "git.message", "git.files"), "skip")
+    assert _git_status(rep)["git.head"] == "pass" and _git_status(rep)["git.name"] == "pass"
     strict = _v(repo, require_tag=True)
     assert not strict.ok and {c.id for c in strict.failed} == {"git.tag"}
 
@@ -94,7 +97,9 @@ def test_not_in_a_repository(repo, tmp_path):
     alone = tmp_path / "alone" / TAG
     shutil.copytree(repo / "releases" / TAG, alone)
     rep = verify.verify(alone, regen=False)
-    assert rep.ok and set(_git_status(rep).values()) == {"skip"}
+    st = _git_status(rep)
+    assert rep.ok and st.pop("git.name") == "pass" and set(st.values()) == {"skip"}
+    assert "not inside a git repository" in rep.by_id()["git.head"].message
     assert any("not in a git repository" in n for n in rep.notes)
     assert "git.tag" in {c.id for c in verify.verify(alone, regen=False, require_tag=True).failed}
 

@@ -2,7 +2,8 @@
 `make system`) at 1280x800.
 
 Measured in the browser: a copy of the page gets a small script that writes the layout boxes into the DOM, and
-`chromium --dump-dom` returns them. Without Chromium the tests skip, except under CI (env CI set) where they
+`chromium --dump-dom` returns them. The page's Content-Security-Policy runs no script, so the copy's policy also
+allows that one script by its hash (and nothing else); a copy with an unhashed script shows the policy holds. Without Chromium the tests skip, except under CI (env CI set) where they
 fail: a CI that cannot render the page has not tested it.
 """
 
@@ -84,6 +85,22 @@ def _run(exe: str, args: list[str], profile: Path) -> subprocess.CompletedProces
     return r
 
 
+CSP_META = re.compile(r'<meta http-equiv="Content-Security-Policy" content="([^"]*)">')
+
+
+def _allow_script(html: str, script: str) -> str:
+    """The page with its policy plus script-src for this one script (by its sha256, as CSP hashes it)."""
+    import base64
+    import hashlib
+
+    m = CSP_META.search(html)
+    assert m, "the page has no Content-Security-Policy"
+    body = script[len("<script>"):-len("</script>")]
+    digest = base64.b64encode(hashlib.sha256(body.encode("utf-8")).digest()).decode("ascii")
+    return html.replace(m.group(0), f'<meta http-equiv="Content-Security-Policy" content="{m.group(1)}; '
+                                    f'script-src &#39;sha256-{digest}&#39;">', 1)
+
+
 @pytest.fixture(scope="module")
 def browser_page(tmp_path_factory) -> dict:
     exe = _chromium()
@@ -94,13 +111,27 @@ def browser_page(tmp_path_factory) -> dict:
     _, html_path = render_report(run, data=data, analysis=res, figures=figure_bytes(data, res))
     html = html_path.read_text(encoding="utf-8")
     measured = root / "measured.html"
-    measured.write_text(html.replace("</body>", MEASURE + "\n</body>"), encoding="utf-8")
+    measured.write_text(_allow_script(html, MEASURE).replace("</body>", MEASURE + "\n</body>"), encoding="utf-8")
     r = _run(exe, ["--dump-dom", measured.as_uri()], root / "profile-dom")
     m = re.search(r'<pre id="measured">(.*?)</pre>', r.stdout, re.S)
     assert m, f"the measuring script left nothing in the DOM: {r.stdout[-500:]} {r.stderr[-500:]}"
     shot = root / "first-screen.png"
     _run(exe, [f"--screenshot={shot}", html_path.as_uri()], root / "profile-shot")
-    return {"m": json.loads(m.group(1).replace("&quot;", '"').replace("&amp;", "&")), "shot": shot, "html": html}
+    # the page as written: an injected script (not hashed) does not run
+    injected = root / "injected.html"
+    injected.write_text(html.replace("</body>", INJECTED + "\n</body>"), encoding="utf-8")
+    blocked = _run(exe, ["--dump-dom", injected.as_uri()], root / "profile-injected").stdout
+    return {"m": json.loads(m.group(1).replace("&quot;", '"').replace("&amp;", "&")), "shot": shot, "html": html,
+            "injected_dom": blocked}
+
+
+INJECTED = "<script>document.body.appendChild(document.createElement('pre')).id = 'injected-ran';</script>"
+
+
+def test_the_pages_policy_runs_no_script(browser_page: dict) -> None:
+    dom = browser_page["injected_dom"]
+    assert "</main>" in dom, "chromium returned the page"
+    assert 'id="injected-ran"' not in dom
 
 
 def test_laid_out_at_the_screen_width(browser_page: dict) -> None:

@@ -17,7 +17,9 @@ from evidence.release.verify.context import SKIP_NO_META, VerifyContext, check, 
 def declaration(c: VerifyContext):
     if BAGIT_TXT not in c.inv.files:
         return "fail", "bagit.txt is missing", [Finding(BAGIT_TXT, BAGIT_DECLARATION.decode(), None, "missing")]
-    b = (c.root / BAGIT_TXT).read_bytes()
+    b = c.read_small(BAGIT_TXT)
+    if b is None:
+        return "fail", "bagit.txt is too large to be the declaration (not read)", [Finding(BAGIT_TXT, BAGIT_DECLARATION.decode(), f"{c.inv.files[BAGIT_TXT].st_size} bytes")]
     return result([] if b == BAGIT_DECLARATION else [Finding(BAGIT_TXT, BAGIT_DECLARATION.decode(), b.decode("utf-8", "replace"))],
                   "BagIt-Version 1.0, UTF-8", "bagit.txt is not the declaration freeze writes")
 
@@ -43,7 +45,10 @@ def manifests(c: VerifyContext):
 def oxum(c: VerifyContext):
     if BAG_INFO not in c.inv.files:
         return "fail", "bag-info.txt is missing", [Finding(BAG_INFO, "present", None)]
-    text = (c.root / BAG_INFO).read_text(encoding="utf-8", errors="replace")
+    b = c.read_small(BAG_INFO)
+    if b is None:
+        return "fail", "bag-info.txt is too large (not read)", [Finding(BAG_INFO, "a few lines", f"{c.inv.files[BAG_INFO].st_size} bytes")]
+    text = b.decode("utf-8", "replace")
     vals = re.findall(r"(?m)^Payload-Oxum:\s*(\S+)\s*$", text)
     files = c.payload_files()
     found = f"{sum(c.inv.files[p].st_size for p in files)}.{len(files)}"
@@ -63,7 +68,7 @@ def info(c: VerifyContext):
         want = render_bag_info(c.meta).decode()
     except (KeyError, TypeError, ValueError) as e:
         return "fail", f"release.json lacks what bag-info.txt is built from ({e})", [Finding(RELEASE_JSON, "tag, tool, freeze, files", None)]
-    have = (c.root / BAG_INFO).read_text(encoding="utf-8", errors="replace")
+    have = (c.read_small(BAG_INFO) or b"").decode("utf-8", "replace")
     diff = sorted(set(want.splitlines()) ^ set(have.splitlines()))
     return result([] if want == have else [Finding(BAG_INFO, [l for l in diff if l in want.splitlines()],
                                                     [l for l in diff if l in have.splitlines()], "lines that differ")],
@@ -108,7 +113,9 @@ def _fixity(c: VerifyContext, entries: dict[str, ManifestEntry], name: str) -> l
     out = []
     for e in entries.values():
         d = c.digests.get(e.path)
-        if isinstance(d, OSError):
+        if e.path in c.unhashed:  # its size already says it cannot match: not read (see VerifyContext._refused)
+            out.append(Finding(e.path, e.digest, "not hashed", f"{name} line {e.line}: {c.unhashed[e.path]}"))
+        elif isinstance(d, OSError):
             out.append(Finding(e.path, e.digest, f"unreadable ({d})", f"{name} line {e.line}"))
         elif isinstance(d, FileDigest) and d.sha256 != e.digest:
             out.append(Finding(e.path, e.digest, d.sha256, f"{name} line {e.line}: checksum differs"))

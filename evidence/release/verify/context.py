@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import tempfile
 import threading
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -14,8 +15,8 @@ from pathlib import Path
 from typing import Any, Callable
 
 from evidence.release.files import FileDigest, Inventory, Progress, hash_files, inventory
-from evidence.release.layout import (DERIVED_ROLES, MANIFEST, PAYLOAD_DIR, RELEASE_JSON, TAGMANIFEST, Finding, dig,
-                                     path_key, payload_path, printable_tree)
+from evidence.release.layout import (BAG_INFO, DERIVED_ROLES, MANIFEST, PAYLOAD_DIR, RELEASE_JSON, TAG_READ_LIMIT,
+                                     TAGMANIFEST, Finding, dig, path_key, payload_path, printable_tree)
 from evidence.release.manifest import ManifestEntry, parse_manifest
 from evidence.release.progress import NoPhases, Phases
 from evidence.release.regen import run_regeneration
@@ -110,23 +111,74 @@ class VerifyContext:
             self._regen_pool = ThreadPoolExecutor(max_workers=1)
             self._regen_future = self._regen_pool.submit(self._regenerate)
         self.digests: dict[str, FileDigest | OSError] = {}
+        # path -> why it was not hashed: decided from names and sizes alone, before anything is read
+        self.unhashed: dict[str, str] = self._refused() if root is not None else {}
         if root is not None:
-            self.digests = hash_files(root, self.inv.files, git_blob=self.repo is not None, workers=workers,
-                                      progress=self.progress)
+            self.digests = hash_files(root, [p for p in self.inv.files if p not in self.unhashed],
+                                      git_blob=self.repo is not None, workers=workers, progress=self.progress)
             self.phases.finish("checksums")
+
+    def _refused(self) -> dict[str, str]:
+        """Files never to read: unlisted ones, and listed ones whose size on disk is not the size declared (by
+        release.json per file, by the Payload-Oxum in total, by TAG_READ_LIMIT for a tag file). Costs a stat,
+        already done by the inventory: an unlisted 1 TiB sparse file is refused in no time."""
+        out: dict[str, str] = {}
+        declared: dict[str, int] = {}
+        if isinstance(self.meta, dict) and isinstance(self.meta.get("files"), list):
+            declared = {x["path"]: x["bytes"] for x in self.meta["files"] if isinstance(x, dict)
+                        and isinstance(x.get("path"), str) and type(x.get("bytes")) is int}
+        payload: dict[str, int] = {}
+        for p, st in self.inv.files.items():
+            if p.startswith(PAYLOAD_DIR + "/"):
+                if p not in self.manifest:
+                    out[p] = f"not listed in {MANIFEST}: refused unread"
+                elif p in declared and st.st_size != declared[p]:
+                    out[p] = f"{st.st_size} bytes on disk, {declared[p]} declared in {RELEASE_JSON}: refused unread"
+                else:
+                    payload[p] = st.st_size
+            elif p != TAGMANIFEST and p not in self.tagmanifest:
+                out[p] = f"not listed in {TAGMANIFEST}: refused unread"
+            elif st.st_size > TAG_READ_LIMIT:
+                out[p] = f"{st.st_size} bytes, more than any tag file freeze writes ({TAG_READ_LIMIT}): refused unread"
+        oxum = self.payload_oxum()
+        if oxum is not None and sum(payload.values()) > oxum[0]:
+            why = (f"the listed payload files hold {sum(payload.values())} bytes, more than the Payload-Oxum's {oxum[0]}: "
+                   "refused unread")
+            out.update(dict.fromkeys(payload, why))
+        return out
+
+    def read_small(self, rel: str) -> bytes | None:
+        """A tag file's bytes, or None when it is larger than TAG_READ_LIMIT (never read into memory)."""
+        st = self.inv.files.get(rel)
+        if st is not None and st.st_size > TAG_READ_LIMIT:
+            return None
+        with open(self.root / rel, "rb") as f:
+            return f.read(TAG_READ_LIMIT + 1)
+
+    def payload_oxum(self) -> tuple[int, int] | None:
+        """(bytes, files) of bag-info.txt's one Payload-Oxum, or None when it has not exactly one readable."""
+        if self.root is None or BAG_INFO not in self.inv.files:
+            return None
+        b = self.read_small(BAG_INFO)
+        vals = re.findall(r"(?m)^Payload-Oxum:\s*([0-9]+)\.([0-9]+)\s*$", (b or b"").decode("utf-8", "replace"))
+        return (int(vals[0][0]), int(vals[0][1])) if len(vals) == 1 else None
 
     def _manifest(self, name: str) -> tuple[dict[str, ManifestEntry], list[Finding], str]:
         if self.root is None or name not in self.inv.files:
             present = self.root is not None and (name in self.inv.symlinks or name in self.inv.special)
             return {}, [], "not a regular file" if present else "missing"
-        data = (self.root / name).read_bytes()
+        data = self.read_small(name)
+        if data is None:
+            return {}, [], f"too large to be a manifest ({self.inv.files[name].st_size} bytes; not read)"
         entries, problems = parse_manifest(data, name)
         return {e.path: e for e in entries}, problems, "ok"
 
     def _meta(self) -> tuple[dict | None, str | None, bytes | None]:
         if self.root is None or RELEASE_JSON not in self.inv.files:
             return None, f"{RELEASE_JSON} is missing", None
-        b = (self.root / RELEASE_JSON).read_bytes()
+        b = self.read_small(RELEASE_JSON)
+        if b is None:
+            return None, f"{RELEASE_JSON} is too large ({self.inv.files[RELEASE_JSON].st_size} bytes; not read)", None
         try:
             m = json.loads(b.decode("utf-8"))
         except (UnicodeDecodeError, ValueError, RecursionError) as e:  # RecursionError: hostile nesting

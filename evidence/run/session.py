@@ -132,9 +132,8 @@ def trial_config(spec: Spec, base_url: str, prompts, *, max_concurrency: int | N
     Every caller (trials, warm-up, profile) builds its config here, so what a spec says about
     requests reaches all of them alike.
     """
-    from evidence.loadgen.trial import TrialConfig
-
     from evidence.engines import adapter_class
+    from evidence.loadgen.trial import TrialConfig
 
     overrides.setdefault("telemetry_series", adapter_class(spec.engine.kind).telemetry_series)  # the adapter's names
     return TrialConfig.from_spec(spec, base_url=base_url, model=served_name(spec), prompts=prompts,

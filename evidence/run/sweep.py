@@ -73,7 +73,8 @@ def _ensure_session(ctx: RunContext, trial: Trial, first_in_call: bool) -> None:
         if not adapter_class(ctx.spec.engine.kind).local_process:
             # not our server: nothing restarts; the session still marks the block for the analysis
             ctx.rd.event("session_start", session=sess, before=trial.id, restarted=False,
-                         note="engine.kind endpoint: the server is not started by this tool, so it is not restarted")
+                         note=f"engine.kind {ctx.spec.engine.kind}: the server is not started by this tool, so it is "
+                              "not restarted")
         else:
             ctx.rd.event("session_start", session=sess, before=trial.id, restarted=True)
     ctx.session = sess

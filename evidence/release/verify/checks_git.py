@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from evidence.release.files import FileDigest
-from evidence.release.layout import MANIFEST, RELEASE_JSON, TAGMANIFEST, Finding, dig, path_key
+from evidence.release.layout import MANIFEST, RELEASE_JSON, TAG_NAME, TAGMANIFEST, Finding, dig, path_key
 from evidence.release.verify.context import SKIP_NO_META, VerifyContext, check, result
 
 
@@ -42,8 +42,8 @@ def _tag_name(c: VerifyContext) -> str | None:
         return cached
     names = list(dict.fromkeys(n for _, n in _names(c)))
     name = names[0] if names else c.tag
-    if c.repo is not None:
-        name = next((n for n in names if _ref(c, f"refs/tags/{n}") is not None), name)
+    if c.repo is not None:  # only a name freeze could have tagged is looked up (a hostile one never reaches git)
+        name = next((n for n in names if TAG_NAME.match(n) and _ref(c, f"refs/tags/{n}") is not None), name)
     c._git_tag_name = name  # type: ignore[attr-defined]
     return name
 

@@ -51,9 +51,15 @@ def fail(message: str, code: int = 2) -> NoReturn:
     raise UserError(message, code)
 
 
-def load_spec_or_exit(path: Path, as_json: bool = False) -> Spec:
+def load_spec_or_exit(path: Path, as_json: bool = False, *, check_launch: bool = False) -> Spec:
+    """The validated spec, or exit 2 with every problem. check_launch: also that this machine can start the
+    engine's launch.command from the current folder (what `run` does), a check of the machine, not the spec."""
     try:
-        return load_spec(path)
+        s = load_spec(path)
+        why = s.engine.launch.missing_program(Path.cwd()) if check_launch and s.engine.kind == "vllm" else None
+        if why:
+            raise SpecError(str(path), [(None, "engine.launch.command", why)])
+        return s
     except SpecError as e:
         if as_json:
             sys.stdout.write(dumps({"ok": False, "errors": e.as_json()}))
@@ -89,7 +95,7 @@ def validate(
     import json
     import os
 
-    s = load_spec_or_exit(spec, as_json)
+    s = load_spec_or_exit(spec, as_json, check_launch=True)
     plan = make_plan(s)
     key_env = s.engine.api_key_env_name()
     summary = {

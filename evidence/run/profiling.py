@@ -103,7 +103,7 @@ def profile_spec(spec: Spec, trace_dir: Path) -> tuple[Spec, list[str]]:
                                 "pip-installable); install it, or use profile.tool: torch")
     launch = spec.engine.launch
     python = launch.python or "python3"
-    base = list(launch.command) if launch.command else [python, str(VLLM_LAUNCHER)]
+    base = launch.argv() or [python, str(VLLM_LAUNCHER)]
     wrapped = [nsys, "profile", "-o", str(trace_dir.resolve() / "capture"), "--trace=cuda,nvtx,osrt",
                "--capture-range=cudaProfilerApi", "--capture-range-end=repeat",
                *(p.nsys_args or ["--trace-fork-before-exec=true", "--cuda-graph-trace=node"]), *base]

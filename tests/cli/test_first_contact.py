@@ -3,24 +3,15 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from clirun import ROOT, ev
 
 from evidence.spec.model import PYTHON_PLACEHOLDER, Launch
 
-ROOT = Path(__file__).resolve().parents[2]
 DEMO = ROOT / "specs" / "standin-demo.yaml"
-
-
-def ev(*args: str, cwd: Path, timeout: float = 300) -> subprocess.CompletedProcess:
-    """The CLI as a user runs it, from a folder with no .venv, no models/ and no git (a bare install)."""
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    return subprocess.run([sys.executable, "-m", "evidence.cli", *args], cwd=cwd, capture_output=True, text=True,
-                          timeout=timeout, env=env)
 
 
 def test_placeholder_is_this_interpreter_and_paths_are_checked(tmp_path: Path) -> None:

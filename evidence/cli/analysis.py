@@ -8,13 +8,13 @@ from pathlib import Path
 from typing import Iterator
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
 from evidence.canon import dumps
+from evidence.cli.console import make_console
 
-out = Console(highlight=False, soft_wrap=True)
-err = Console(stderr=True, highlight=False, soft_wrap=True)
+out = make_console()
+err = make_console(stderr=True)
 
 
 @contextmanager
@@ -179,7 +179,7 @@ def register(app: typer.Typer) -> None:
         for p in d.files["report"]:
             out.print(f"report:   {p}")
 
-    @app.command("compare")
+    @app.command("compare", short_help="Compare two runs (e.g. canonical vs clean-room), or a replication's hosts.")
     def compare(
         a: Path = typer.Argument(..., help="First run directory, or a release folder (its run is under data/raw/)."),
         b: Path = typer.Argument(None, help="Second run directory or release folder (leave out for a replication "

@@ -14,11 +14,11 @@ from pathlib import Path
 from typing import NoReturn
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
 from evidence import __version__
 from evidence.canon import dumps
+from evidence.cli.console import JsonGuard, make_console, wants_json
 from evidence.spec.plan import make_plan
 from evidence.spec.model import SpecError, Spec, load_spec
 
@@ -32,11 +32,14 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    # click's own help layout: paragraphs re-wrapped to the terminal, flags shown as --x / --no-x
+    # (rich's panels kept the docstrings' line breaks, wrapped raggedly at 80 columns and printed <bool>)
+    rich_markup_mode=None,
     context_settings={"help_option_names": ["-h", "--help"]},
 )
 
-out = Console(highlight=False, soft_wrap=True)
-err = Console(stderr=True, highlight=False, soft_wrap=True)
+out = make_console()
+err = make_console(stderr=True)
 
 
 class UserError(Exception):
@@ -283,12 +286,22 @@ _register_all()
 
 
 def main() -> None:
+    # --json: stdout is one JSON document whatever happens; an error that wrote none gets one
+    guard = JsonGuard() if wants_json(sys.argv[1:]) else None
+    code: int | None = 0
+    message = None
     try:
         app(standalone_mode=True)
+    except SystemExit as e:
+        code = e.code if isinstance(e.code, int) or e.code is None else 1
     except UserError as e:
         err.print(f"evidence: error: {e}", markup=False)
-        sys.exit(e.code)
+        code, message = e.code, str(e)
     except KeyboardInterrupt:
         err.print("evidence: interrupted", markup=False)
-        sys.exit(130)
+        code, message = 130, "interrupted"
+    finally:
+        if guard is not None:
+            guard.finish(code, message)
+    sys.exit(code)
 

@@ -17,6 +17,7 @@ from rich.console import Console
 from rich.table import Table
 
 from evidence.canon import dumps
+from evidence.cli.console import make_console
 from evidence.traces.analyses import DEFAULT_RULES, analyze_trace, load_rules
 from evidence.traces.analyses.geometry import path_totals
 from evidence.traces.load import load_trace
@@ -119,7 +120,7 @@ def register(app: typer.Typer) -> None:
         if as_json:
             sys.stdout.write(dumps(result))
             return
-        render(result, Console(highlight=False, soft_wrap=False, width=160))
+        render(result, make_console())
 
 
 # ---------------------------------------------------------------------------

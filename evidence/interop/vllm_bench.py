@@ -19,6 +19,7 @@ Import: files written by `vllm bench serve --save-result` (per-request lists pre
   `aggregate_only`; the analysis uses them where a trial-level value suffices (throughput verdicts,
   per-point latency from each file's percentiles) and names them in the flags; nothing per request
   is reconstructed from means;
+- a file written with --append-result (one JSON result per line) gives one trial per line;
 - the original files are kept byte for byte under `imported/`.
 
 Export: every trial of a run as vLLM's result JSON (`output_throughput`, `mean_ttft_ms`,
@@ -75,6 +76,16 @@ class BenchFile:
     path: Path
     data: dict
     when: datetime | None
+    line: int | None = None  # a line of a file written with --append-result (one result per line)
+    raw: bytes = b""  # the result's own bytes (its digest tells a file given twice)
+
+    @property
+    def key(self) -> str:
+        return str(self.path) + (f":{self.line}" if self.line else "")
+
+    @property
+    def label(self) -> str:
+        return self.path.name + (f":{self.line}" if self.line else "")
 
     @property
     def point(self) -> int:
@@ -90,21 +101,40 @@ class BenchFile:
         return q if self.detailed and isinstance(q, list) and len(q) == len(self.data["start_times"]) else None
 
 
-def _read(path: Path) -> BenchFile:
+def _read(path: Path) -> list[BenchFile]:
+    """The results in one file: one (--save-result), or one per line (--append-result)."""
     if not path.is_file():
         raise InteropError(f"{path} is not a file; give result files written by `vllm bench serve --save-result`.")
     if path.stat().st_size > MAX_FILE_BYTES:
         raise InteropError(f"{path} is {path.stat().st_size:,} bytes, over the {MAX_FILE_BYTES:,}-byte limit of one "
                            "result file.")
+    raw = path.read_bytes()
     try:
-        data = json.loads(path.read_bytes())
-    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        return [_result(path, json.loads(raw), None, raw)]
+    except json.JSONDecodeError as e:
+        lines = [(n, ln) for n, ln in enumerate(raw.splitlines(), start=1) if ln.strip()]
+        if len(lines) < 2:
+            raise InteropError(f"{path} is not JSON ({e}); give result files of `vllm bench serve --save-result`.") \
+                from None
+    except UnicodeDecodeError as e:
         raise InteropError(f"{path} is not JSON ({e}); give result files of `vllm bench serve --save-result`.") from None
+    out = []
+    for n, ln in lines:  # --append-result: one JSON result per line
+        try:
+            out.append(_result(path, json.loads(ln), n, ln))
+        except (UnicodeDecodeError, json.JSONDecodeError) as e:
+            raise InteropError(f"{path} line {n} is not JSON ({e}); a file of several results (--append-result) "
+                               "holds one JSON result per line.") from None
+    return out
+
+
+def _result(path: Path, data: Any, line: int | None, raw: bytes) -> BenchFile:
+    where = f"{path}" + (f" line {line}" if line else "")
     if not isinstance(data, dict) or "completed" not in data or "duration" not in data:
-        raise InteropError(f"{path} is not a `vllm bench serve` result: it has no 'completed' and 'duration' keys.")
+        raise InteropError(f"{where} is not a `vllm bench serve` result: it has no 'completed' and 'duration' keys.")
     mc = data.get("max_concurrency")
     if not isinstance(mc, int) or isinstance(mc, bool) or mc <= 0:
-        raise InteropError(f"{path} has max_concurrency {mc!r}; this importer maps points to max_concurrency, so each "
+        raise InteropError(f"{where} has max_concurrency {mc!r}; this importer maps points to max_concurrency, so each "
                            "file needs one (run vllm bench serve with --max-concurrency).")
     when = None
     if isinstance(data.get("date"), str):
@@ -115,8 +145,8 @@ def _read(path: Path) -> BenchFile:
     if data.get("detailed") is not None or any(k in data for k in DETAILED):
         lens = {k: len(data[k]) for k in DETAILED if isinstance(data.get(k), list)}
         if len(set(lens.values())) > 1:
-            raise InteropError(f"{path}: the per-request lists have different lengths {lens}; the file is damaged.")
-    return BenchFile(path, data, when)
+            raise InteropError(f"{where}: the per-request lists have different lengths {lens}; the file is damaged.")
+    return BenchFile(path, data, when, line, raw)
 
 
 def _records(f: BenchFile) -> list[RequestRecord]:
@@ -223,9 +253,9 @@ def _words(f: BenchFile) -> list[str]:
     return [f.path.stem, f.path.parent.name]
 
 
-def _from_names(files: list[BenchFile]) -> dict[Path, tuple[int, int]] | None:
+def _from_names(files: list[BenchFile]) -> dict[str, tuple[int, int]] | None:
     """Repeat and session of every file from its name (or its folder's); None when no name carries a repeat."""
-    got: dict[Path, tuple[int | None, int]] = {}
+    got: dict[str, tuple[int | None, int]] = {}
     for f in files:
         rep = ses = None
         for w in _words(f):
@@ -235,7 +265,7 @@ def _from_names(files: list[BenchFile]) -> dict[Path, tuple[int, int]] | None:
             m = _SESSION.search(w)
             if m and ses is None:
                 ses = int(m.group(1))
-        got[f.path] = (rep, ses or 1)
+        got[f.key] = (rep, ses or 1)
     have = [p for p, (r, _) in got.items() if r is not None]
     if not have:
         return None
@@ -247,8 +277,9 @@ def _from_names(files: list[BenchFile]) -> dict[Path, tuple[int, int]] | None:
     return {p: (int(r), s) for p, (r, s) in got.items() if r is not None}
 
 
-def read_mapping(path: Path, files: list[BenchFile]) -> dict[Path, tuple[int, int]]:
-    """A small CSV the user writes: file,repeat[,session]; `file` is a file's name or its path as given."""
+def read_mapping(path: Path, files: list[BenchFile]) -> dict[str, tuple[int, int]]:
+    """A small CSV the user writes: file,repeat[,session]; `file` is a file's name or its path as given
+    (NAME:LINE for one line of an --append-result file)."""
     import csv
 
     try:
@@ -271,14 +302,14 @@ def read_mapping(path: Path, files: list[BenchFile]) -> dict[Path, tuple[int, in
         by[(r["file"] or "").strip()] = (rep, ses)
     out = {}
     for f in files:
-        hit = [by[k] for k in (str(f.path), f.path.name) if k in by]
+        hit = [by[k] for k in (f.key, f.label) if k in by]
         if not hit:
-            raise InteropError(f"--map {path} has no line for {f.path}; give every file a line (file,repeat,session).")
-        out[f.path] = hit[0]
+            raise InteropError(f"--map {path} has no line for {f.label}; give every file a line (file,repeat,session).")
+        out[f.key] = hit[0]
     return out
 
 
-def _assign(files: list[BenchFile], mapping: dict[Path, tuple[int, int]] | None) -> tuple[list[tuple[int, int]], str]:
+def _assign(files: list[BenchFile], mapping: dict[str, tuple[int, int]] | None) -> tuple[list[tuple[int, int]], str]:
     """(repeat, session) per file, in the files' order, and how they were assigned."""
     how = "a mapping file"
     if mapping is None:
@@ -290,7 +321,7 @@ def _assign(files: list[BenchFile], mapping: dict[Path, tuple[int, int]] | None)
             seen[f.point] = seen.get(f.point, 0) + 1
             out.append((seen[f.point], 1))
         return out, "their order in time (repeat k of a point is its k-th file in time)"
-    out = [mapping[f.path] for f in files]
+    out = [mapping[f.key] for f in files]
     dup = sorted({(f.point, r) for f, (r, _) in zip(files, out)
                   if sum(1 for g, (q, _) in zip(files, out) if g.point == f.point and q == r) > 1})
     if dup:
@@ -353,10 +384,14 @@ def import_vllm_bench(paths: Sequence[Path], out: Path, *, name: str | None = No
     out = Path(out)
     if out.exists():
         raise InteropError(f"{out} already exists; importing never overwrites a run. Choose a new --out folder.")
-    files = sorted((_read(Path(p)) for p in paths), key=lambda f: (f.when or datetime.min, f.path.name))
-    digests = [hashlib.sha256(f.path.read_bytes()).hexdigest() for f in files]
+    files = sorted((f for p in paths for f in _read(Path(p))), key=lambda f: (f.when or datetime.min, f.label))
+    digests = [hashlib.sha256(f.raw).hexdigest() for f in files]
     if len(set(digests)) != len(digests):
-        raise InteropError("the same result file was given twice (identical bytes); each file is one trial.")
+        raise InteropError("the same result was given twice (identical bytes); each result is one trial.")
+    # imported/ keeps each file once, numbered in time order (names repeat: vLLM's folders of result.json)
+    copies: dict[Path, str] = {}
+    for f in files:
+        copies.setdefault(f.path, f"{len(copies):03d}-{f.path.name}")
     name = name or re.sub(r"[^a-z0-9._-]+", "-", out.name.lower()).strip("-") or "vllm-bench-import"
     reps, how = _assign(files, read_mapping(mapping, files) if mapping is not None else None)
     try:
@@ -379,19 +414,20 @@ def import_vllm_bench(paths: Sequence[Path], out: Path, *, name: str | None = No
         t = {"index": idx, "repeat": rep, "point": f.point, "position": pos, "seed": 0,
              "prompts": int(f.data.get("num_prompts") or len(f.data.get("start_times") or [])
                             or f.data["completed"] + int(f.data.get("failed") or 0)),
-             "id": f"r{rep}-c{f.point}", "source": f.path.name}
+             "id": f"r{rep}-c{f.point}", "source": f.label}
         if spec.sweep.sessions > 1:
             t["session"] = ses
         trials.append(t)
         (tmp / "imported").mkdir(exist_ok=True)
-        shutil.copyfile(f.path, tmp / "imported" / f"{idx:03d}-{f.path.name}")
+        if not (tmp / "imported" / copies[f.path]).exists():
+            shutil.copyfile(f.path, tmp / "imported" / copies[f.path])  # byte for byte
         d = rd.trials_dir / t["id"]
         d.mkdir(parents=True)
         meta: dict[str, Any] = {"trial": {k: t[k] for k in ("index", "repeat", "point", "position", "prompts", "seed",
                                                              "id")},
                                 "client": {"name": "vllm bench serve", "max_concurrency": f.point,
                                            "request_rate": f.data.get("request_rate")},
-                                "imported_from": f.path.name,
+                                "imported_from": f.label,
                                 "vllm_aggregates": {k: v for k, v in f.data.items() if not isinstance(v, list)}}
         if not f.detailed:
             aggregate.append(t["id"])
@@ -410,7 +446,7 @@ def import_vllm_bench(paths: Sequence[Path], out: Path, *, name: str | None = No
                              "spec_sha256": hashlib.sha256(spec_json.encode()).hexdigest(),
                              "status": "complete",
                              "imported": {"tool": "vllm bench serve",
-                                          "files": [{"name": f.path.name, "sha256": h}
+                                          "files": [{"name": f.label, "sha256": h}
                                                     for f, h in zip(files, digests)],
                                           "repeats_from": how,
                                           "aggregate_only": aggregate}})

@@ -133,3 +133,22 @@ def test_queue_times_give_the_slot_wait_and_the_intended_send(tmp_path: Path) ->
     assert [r.send_s - r.intended_s for r in recs] == pytest.approx(waits)
     meta = json.loads((run / "trials" / "r1-c1" / "meta.json").read_text())
     assert "slot_wait_s" not in meta["not_recorded"] and "status" in meta["not_recorded"]
+
+
+def test_append_result_files_hold_one_trial_per_line(tmp_path: Path) -> None:
+    """`vllm bench serve --append-result` writes one JSON result per line of one file."""
+    parts = [_plain(tmp_path / f"p{i}.json", c, f"2026120{1 + i}-100000", 100.0 + 10 * i)
+             for i, c in enumerate((4, 8, 4, 8))]
+    appended = tmp_path / "all.jsonl"
+    appended.write_text("\n".join(p.read_text() for p in parts))
+    run = import_vllm_bench([appended], tmp_path / "appended")
+    plan = json.loads((run / "plan.json").read_text())
+    assert [(t["point"], t["repeat"], t["source"]) for t in plan["trials"]] == \
+        [(4, 1, "all.jsonl:1"), (8, 1, "all.jsonl:2"), (4, 2, "all.jsonl:3"), (8, 2, "all.jsonl:4")]
+    assert [p.name for p in (run / "imported").iterdir()] == ["000-all.jsonl"]
+    assert (run / "imported" / "000-all.jsonl").read_bytes() == appended.read_bytes()
+    (c,) = analyze_run(run, tmp_path / "a")["comparisons"]
+    assert c["ci95"] is not None
+    appended.write_text(parts[0].read_text() + "\n{not json\n")
+    with pytest.raises(InteropError, match="line 2 is not JSON"):
+        import_vllm_bench([appended], tmp_path / "bad")

@@ -18,9 +18,9 @@ from rich.table import Table
 
 from evidence import __version__
 from evidence.canon import dumps
-from evidence.cli.console import JsonGuard, make_console, wants_json
 from evidence.spec.plan import make_plan
 from evidence.spec.model import SpecError, Spec, load_spec
+from evidence.cli.console import JsonGuard, make_console, wants_json
 
 app = typer.Typer(
     name="evidence",

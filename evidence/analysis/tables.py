@@ -60,9 +60,11 @@ def trial_row(td: TrialData, spec: Spec) -> dict:
                     "absent": {"trial": "planned but no complete trial folder (missing)"}})
         row["flags"] = ["missing (planned, not recorded)"]
         return row
-    agg = (td.meta or {}).get(AGGREGATE_ONLY) if not td.records and isinstance(td.summary, dict) else None
-    tm = td.summary if agg else trial_metrics(td.records, pcts, expected_output_len=spec.workload.output_len)
+    tm = trial_metrics(td.records, pcts, expected_output_len=spec.workload.output_len)
     measured = [r for r in td.records if r.phase == "measure"]
+    agg = (td.meta or {}).get(AGGREGATE_ONLY) if not td.records and isinstance(td.summary, dict) else None
+    if agg:
+        tm = td.summary  # the file's own aggregates, in trial_metrics' shape (no records to compute them from)
     row.update({
         "requests": tm["requests"], "completed": tm["completed"], "failed": tm["failed"], "errors": tm["errors"],
         "duration_s": tm["duration_s"], "output_throughput": tm["output_throughput"],

@@ -353,7 +353,7 @@ def _spec_dict(files: list[BenchFile], name: str, reps: list[tuple[int, int]]) -
 
     rate = first.get("request_rate", "inf")
     rate = "inf" if rate in ("inf", None) or (isinstance(rate, float) and math.isinf(rate)) else float(rate)
-    return {
+    d: dict[str, Any] = {
         "name": name,
         "title": f"Imported from vllm bench serve ({len(files)} result file(s))",
         "description": "Imported by `evidence import vllm-bench`; the original files are under imported/. "
@@ -368,11 +368,15 @@ def _spec_dict(files: list[BenchFile], name: str, reps: list[tuple[int, int]]) -
                      "request_rate": rate, "burstiness": float(first.get("burstiness") or 1.0)
                      if rate != "inf" else 1.0, "temperature": None},
         "sweep": {"points": points, "prompts": {str(p): n for p, n in prompts.items()}, "repeats": repeats,
-                  "order": "fixed", "sessions": min(sessions, repeats)},
-        # each point against the one below it: the question a sweep of concurrency asks first
-        "analysis": {"comparisons": [{"a": b, "b": a} for a, b in zip(points, points[1:])],
-                     "latency_metrics": ["ttft", "tpot", "itl", "e2el"], "percentiles": _percentiles(files)},
+                  "order": "fixed"},
+        "analysis": {"comparisons": [], "latency_metrics": ["ttft", "tpot", "itl", "e2el"],
+                     "percentiles": [50, 90, 99]},
     }
+    d["sweep"]["sessions"] = min(sessions, repeats)
+    # each point against the one below it: the question a sweep of concurrency asks first
+    d["analysis"]["comparisons"] = [{"a": b, "b": a} for a, b in zip(points, points[1:])]
+    d["analysis"]["percentiles"] = _percentiles(files)
+    return d
 
 
 def import_vllm_bench(paths: Sequence[Path], out: Path, *, name: str | None = None,

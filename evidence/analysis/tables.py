@@ -20,11 +20,6 @@ from evidence.spec.model import Spec
 REPORTED_METRICS = ("ttft", "tpot", "itl", "e2el")  # latency metrics given for every point and trial
 
 
-# meta.json key of a trial that has a results file's aggregates and no request records (`evidence import
-# vllm-bench` of a file saved without --save-detailed): its summary.json, in trial_metrics' shape with the
-# file's own numbers, is used where a trial-level value suffices; the key's value says so in the trial's flags.
-AGGREGATE_ONLY = "aggregate_only"
-
 CLIENT_CPU_WARN = 0.9  # flag a trial whose load generator used >= 90% of one core (meta.json client_cpu_util)
 
 
@@ -41,6 +36,12 @@ CSV_DECIMALS = {
     "tokens": 2,  # mean token counts
     "p": 6,  # p-values
 }
+
+
+# meta.json key of a trial that has a results file's aggregates and no request records (`evidence import
+# vllm-bench` of a file saved without --save-detailed): its summary.json, in trial_metrics' shape with the
+# file's own numbers, is used where a trial-level value suffices; the key's value says so in the trial's flags.
+AGGREGATE_ONLY = "aggregate_only"
 
 
 def trial_row(td: TrialData, spec: Spec) -> dict:

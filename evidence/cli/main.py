@@ -300,6 +300,9 @@ def main() -> None:
     except KeyboardInterrupt:
         err.print("evidence: interrupted", markup=False)
         code, message = 130, "interrupted"
+    except Exception as e:  # a bug: the traceback follows on stderr, and --json still gets its document
+        code, message = 1, f"internal error: {type(e).__name__}: {e}"
+        raise
     finally:
         if guard is not None:
             guard.finish(code, message)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import re
+import sys
 from pathlib import Path
 
 import pytest
@@ -84,3 +85,23 @@ def test_help_reads_at_80_columns(tmp_path: Path, cmd: list[str]) -> None:
     short = [a for a, b in zip(prose, prose[1:]) if 0 < len(a.strip()) < 30 and b.strip() and a.strip()[-1] not in ".:)"
              and re.match(r"^  [a-z]", b)]
     assert not short, short
+
+
+def test_json_guard_writes_one_document_only_when_the_command_wrote_none(monkeypatch: pytest.MonkeyPatch) -> None:
+    import io
+
+    from evidence.cli.console import JsonGuard
+
+    for code, wrote, expect in ((2, "", True), (1, '{"ok": true}\n', False), (0, "", False)):
+        out, err = io.StringIO(), io.StringIO()
+        monkeypatch.setattr("sys.stdout", out)
+        monkeypatch.setattr("sys.stderr", err)
+        g = JsonGuard()
+        print("evidence: error: it broke", file=sys.stderr)
+        sys.stdout.write(wrote)
+        g.finish(code)
+        assert sys.stdout is out and sys.stderr is err
+        if expect:
+            assert json.loads(out.getvalue()) == {"ok": False, "exit_code": code, "error": "it broke"}
+        else:
+            assert out.getvalue() == wrote

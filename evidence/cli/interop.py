@@ -50,8 +50,8 @@ def register(app: typer.Typer) -> None:
             sys.stdout.write(dumps({"run": str(run), **info}))
             return
         imp = info["imported"]
-        console.print(f"imported {len(imp['files'])} file(s) into {run}; repeats from {imp['repeats_from']}",
-                      markup=False)
+        console.print(f"imported {len(imp['files'])} result(s) from {len(files)} file(s) into {run}; repeats from "
+                      f"{imp['repeats_from']}", markup=False)
         if imp["aggregate_only"]:
             console.print(f"  aggregate-only (no per-request lists; the file's own numbers are used): "
                           f"{', '.join(imp['aggregate_only'])}", markup=False)

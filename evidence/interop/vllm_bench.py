@@ -320,7 +320,7 @@ def _assign(files: list[BenchFile], mapping: dict[str, tuple[int, int]] | None) 
         for f in files:
             seen[f.point] = seen.get(f.point, 0) + 1
             out.append((seen[f.point], 1))
-        return out, "their order in time (repeat k of a point is its k-th file in time)"
+        return out, "their order in time (repeat k of a point is its k-th result in time)"
     out = [mapping[f.key] for f in files]
     dup = sorted({(f.point, r) for f, (r, _) in zip(files, out)
                   if sum(1 for g, (q, _) in zip(files, out) if g.point == f.point and q == r) > 1})

@@ -143,7 +143,7 @@ def _load_trial(td: TrialData, d: Path) -> None:
                 td.records.append(RequestRecord.from_dict(json.loads(line)))
             except (ValueError, TypeError) as e:
                 td.load_problems.append(f"requests.jsonl line {n} unreadable ({type(e).__name__})")
-    else:
+    elif not (td.meta or {}).get("aggregate_only"):  # tables.AGGREGATE_ONLY: no records by design
         td.load_problems.append("requests.jsonl is missing")
     tl = d / TELEMETRY
     tmeta = (td.meta or {}).get("telemetry")

@@ -35,6 +35,12 @@ CSV_DECIMALS = {
 }
 
 
+# meta.json key of a trial that has a results file's aggregates and no request records (`evidence import
+# vllm-bench` of a file saved without --save-detailed): its summary.json, in trial_metrics' shape with the
+# file's own numbers, is used where a trial-level value suffices; the key's value says so in the trial's flags.
+AGGREGATE_ONLY = "aggregate_only"
+
+
 def trial_row(td: TrialData, spec: Spec) -> dict:
     pcts = list(spec.analysis.percentiles)
     row: dict[str, Any] = {
@@ -54,6 +60,9 @@ def trial_row(td: TrialData, spec: Spec) -> dict:
         return row
     tm = trial_metrics(td.records, pcts)
     measured = [r for r in td.records if r.phase == "measure"]
+    agg = (td.meta or {}).get(AGGREGATE_ONLY) if not td.records and isinstance(td.summary, dict) else None
+    if agg:
+        tm = td.summary  # the file's own aggregates, in trial_metrics' shape (no records to compute them from)
     row.update({
         "requests": tm["requests"], "completed": tm["completed"], "failed": tm["failed"], "errors": tm["errors"],
         "duration_s": tm["duration_s"], "output_throughput": tm["output_throughput"],
@@ -67,6 +76,9 @@ def trial_row(td: TrialData, spec: Spec) -> dict:
         "dispatch_lag_max_s": as_num(((td.meta or {}).get("dispatch_lag_s") or {}).get("max")
                                    if isinstance((td.meta or {}).get("dispatch_lag_s"), dict) else None),
     })
+    if agg:
+        row[AGGREGATE_ONLY] = str(agg)
+        flags.append(f"aggregate-only: {agg}")
     if row["client_cpu_util"] is not None and row["client_cpu_util"] >= CLIENT_CPU_WARN:
         flags.append(f"load generator used {row['client_cpu_util'] * 100:.0f}% of a CPU core: the client may be "
                      "the bottleneck")
@@ -135,7 +147,9 @@ def point_row(point: int, trials: list[TrialData], rows: dict[str, dict], spec: 
     rts = [rows[t.id]["request_throughput"] for t in present if rows[t.id]["request_throughput"] is not None]
     stats = _latency_stats(spec)
     pooled_records = [r for t in present for r in t.records]
-    pooled_tm = trial_metrics(pooled_records, list(spec.analysis.percentiles)) if pooled_records else None
+    agg = [t.id for t in present if rows[t.id].get(AGGREGATE_ONLY)]
+    # pooling only the trials that have records would pass a part for the whole
+    pooled_tm = trial_metrics(pooled_records, list(spec.analysis.percentiles)) if pooled_records and not agg else None
     latency: dict[str, Any] = {}
     unmeasured: list[str] = []
     for m in LATENCY_METRICS:
@@ -150,9 +164,13 @@ def point_row(point: int, trials: list[TrialData], rows: dict[str, dict], spec: 
             unmeasured.append(m)
     if unmeasured:
         absent["latency"] = "no trial of this point measured " + ", ".join(unmeasured)
+    if agg:
+        absent["latency_pooled"] = (f"{', '.join(agg)}: aggregate-only (no request records to pool); "
+                                    "mean_over_repeats averages each file's own statistics")
     counts = {}
     for k in ("requests", "completed", "failed", "output_len_mismatches", "chunk_usage_mismatches"):
-        counts[k] = sum(rows[t.id][k] for t in present) if present else None
+        vs = [rows[t.id][k] for t in present]
+        counts[k] = sum(vs) if present and None not in vs else None  # None: an aggregate-only trial lacks it
     pts = pooled_tm["prompt_tokens_server"] if pooled_tm else None
     nominal_lens = [float(r.prompt_len) for r in pooled_records if r.phase == "measure"]
     flags = [f"{t}: missing" for t in missing]

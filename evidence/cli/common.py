@@ -8,13 +8,14 @@ from pathlib import Path
 from typing import NoReturn
 
 import typer
-from rich.console import Console
 
 from evidence.canon import dumps
 from evidence.spec.model import SpecError, Spec, load_spec
 
-out = Console(highlight=False, soft_wrap=True)
-err = Console(stderr=True, highlight=False, soft_wrap=True)
+from evidence.cli.console import make_console
+
+out = make_console()
+err = make_console(stderr=True)
 
 
 class UserError(Exception):
@@ -29,9 +30,18 @@ def fail(message: str, code: int = 2) -> NoReturn:
     raise UserError(message, code)
 
 
-def load_spec_or_exit(path: Path, as_json: bool = False) -> Spec:
+def load_spec_or_exit(path: Path, as_json: bool = False, *, check_launch: bool = False) -> Spec:
+    """The validated spec, or exit 2 with every problem. check_launch: also that this machine can start the
+    engine's launch.command from the current folder (what `run` does), a check of the machine, not the spec."""
+    from evidence.engines import adapter_class
+
     try:
-        return load_spec(path)
+        s = load_spec(path)
+        local = adapter_class(s.engine.kind).local_process
+        why = s.engine.launch.missing_program(Path.cwd()) if check_launch and local else None
+        if why:
+            raise SpecError(str(path), [(None, "engine.launch.command", why)])
+        return s
     except SpecError as e:
         if as_json:
             sys.stdout.write(dumps({"ok": False, "errors": e.as_json()}))

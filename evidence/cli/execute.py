@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import Sequence
 
@@ -38,7 +39,7 @@ def run_elsewhere(mode: str, specs: Sequence[Path], *, hosts: int, executor: str
         fail(str(e))
     rows = summary_rows(doc, parent)
     if as_json:
-        out.print(dumps({"parent": str(parent), "mode": mode, "slots": rows}), markup=False)
+        sys.stdout.write(dumps({"parent": str(parent), "mode": mode, "slots": rows}))  # exact bytes: no console
     else:
         for r in rows:
             line = f"{r['slot']:<16} {r['state']:<12} node {r['node'] or '?':<10} run {r['run_status'] or 'none'}"

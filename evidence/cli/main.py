@@ -21,6 +21,7 @@ from evidence.cli import analysis as analysis_cmds, engine as engine_cmds, execu
 from evidence.cli import interop as interop_cmds, release as release_cmds, run as run_cmds, spec as spec_cmds
 from evidence.cli import trace as trace_cmds
 from evidence.cli.common import UserError, err, fail, load_spec_or_exit, out  # noqa: F401 (importable from here)
+from evidence.cli.console import JsonGuard, wants_json
 
 app = typer.Typer(
     name="evidence",
@@ -32,6 +33,9 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    # click's own help layout: paragraphs re-wrapped to the terminal, flags shown as --x / --no-x
+    # (rich's panels kept the docstrings' line breaks, wrapped raggedly at 80 columns and printed <bool>)
+    rich_markup_mode=None,
     context_settings={"help_option_names": ["-h", "--help"]},
 )
 
@@ -62,7 +66,7 @@ def validate(
     import json
     import os
 
-    s = load_spec_or_exit(spec, as_json)
+    s = load_spec_or_exit(spec, as_json, check_launch=True)
     plan = make_plan(s)
     key_env = s.engine.api_key_env_name()
     summary = {
@@ -230,12 +234,25 @@ for _mod in COMMAND_MODULES:
 
 
 def main() -> None:
+    # --json: stdout is one JSON document whatever happens; an error that wrote none gets one
+    guard = JsonGuard() if wants_json(sys.argv[1:]) else None
+    code: int | None = 0
+    message = None
     try:
         app(standalone_mode=True)
+    except SystemExit as e:
+        code = e.code if isinstance(e.code, int) or e.code is None else 1
     except UserError as e:
         err.print(f"evidence: error: {e}", markup=False)
-        sys.exit(e.code)
+        code, message = e.code, str(e)
     except KeyboardInterrupt:
         err.print("evidence: interrupted", markup=False)
-        sys.exit(130)
+        code, message = 130, "interrupted"
+    except Exception as e:  # a bug: the traceback follows on stderr, and --json still gets its document
+        code, message = 1, f"internal error: {type(e).__name__}: {e}"
+        raise
+    finally:
+        if guard is not None:
+            guard.finish(code, message)
+    sys.exit(code)
 

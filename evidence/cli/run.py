@@ -71,7 +71,7 @@ def register(app: typer.Typer) -> None:
         from evidence.run.progress import next_command, results_table
         from evidence.run.runner import RunError, run_experiment
 
-        load_spec_or_exit(spec)
+        load_spec_or_exit(spec, as_json, check_launch=executor == "local" and hosts == 1)
         if executor != "local" or hosts > 1:
             # Elsewhere: one job per host runs this same command on its node (evidence.execute).
             if resume or new or interleave or until_decided:

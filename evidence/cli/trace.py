@@ -17,7 +17,9 @@ from rich.console import Console
 from rich.table import Table
 
 from evidence.canon import dumps
+from evidence.cli.console import make_console
 from evidence.traces.analyses import DEFAULT_RULES, analyze_trace, load_rules
+from evidence.traces.analyses.geometry import path_totals
 from evidence.traces.load import load_trace
 from evidence.traces.model import TraceError
 
@@ -31,7 +33,9 @@ Reports: kernel-active fraction (union of kernel intervals over the window, all 
 kernel families by ordered regex rules (first match wins) with per-output-token cost when
 --tokens is given; launch-geometry split of attention kernels (graph replays apart from eager
 launches; FA2 split-KV gridX read as the longest query chunk, persistent FA3 grids not
-interpreted); model forwards rebuilt from per-layer attention launches (--layers); the
+interpreted); attention per path (gridX=1 decode-oriented, gridX>1 mixed/prefill-containing,
+summed over grid rows: launches, total and mean time, per output token) in the window and in
+the accepted forwards; model forwards rebuilt from per-layer attention launches (--layers); the
 sustained regime (plateau of forward population and attention duration); and vLLM engine
 steps (execute_context_N(T)_generation_M(G) annotations) with token-budget use (--budget).
 
@@ -111,10 +115,12 @@ def register(app: typer.Typer) -> None:
         except (TraceError, ValueError) as e:
             err.print(f"error: {e}", markup=False)
             raise typer.Exit(2)
+        if "absent" not in result.get("kernel_active", {}):
+            result["paths"] = path_totals(result)  # the article's per-path grouping, derived from the above
         if as_json:
             sys.stdout.write(dumps(result))
             return
-        render(result, Console(highlight=False, soft_wrap=False, width=160))
+        render(result, make_console())
 
 
 # ---------------------------------------------------------------------------
@@ -201,6 +207,8 @@ def _render_kernels(r: dict[str, Any], out: Console) -> None:
         if g.get("heads"):
             out.print(f"  heads {g['heads']} ({g['heads_source']})")
 
+    _render_paths(r.get("paths"), out)
+
     fw = r["forwards"]
     out.print()
     if "absent" in fw:
@@ -243,6 +251,31 @@ def _render_kernels(r: dict[str, Any], out: Console) -> None:
                           f"[bold]{_us(s['mean_kernel_ns'])} us[/] ({_us(s['min_kernel_ns'])}-{_us(s['max_kernel_ns'])})")
             else:
                 out.print(f"[bold]Sustained regime[/] ({path} path): none - {s['reason']}")
+
+
+def _render_paths(p: dict[str, Any] | None, out: Console) -> None:
+    """Attention time per path (gridX=1 decode-oriented, gridX>1 mixed/prefill-containing), the seed article's
+    table: in the capture window, and in the accepted forwards."""
+    if not p:
+        return
+    for part, title in (("window", "in the capture window"), ("forwards", "in the accepted forwards")):
+        rows = p[part]
+        out.print()
+        if not rows:
+            out.print(f"[bold]Attention by path[/] {title}: {p[part + '_absent']}")
+            continue
+        tab = Table(title=f"Attention by path {title}", title_justify="left")
+        cols = ("rule", "path") + (("forwards",) if part == "forwards" else ("grid groups",)) + \
+            ("launches", "total ms", "mean us", "us / output token")
+        for c in cols:
+            tab.add_column(c, justify="left" if c in ("rule", "path") else "right")
+        for x in rows:
+            n = x["forwards"] if part == "forwards" else x["grid_groups"]
+            tab.add_row(str(x["rule"]), x["path"], f"{n:,}", f"{x['launches']:,}", _ms(x["total_ns"]),
+                        _us(x["mean_ns"]), _us(x["per_token_ns"]))
+        out.print(tab)
+    if p["per_token_reason"]:
+        out.print(f"  per token: {p['per_token_reason']}", markup=False)
 
 
 def _render_steps(st: dict[str, Any], out: Console) -> None:

@@ -2,15 +2,24 @@
 
 Import: files written by `vllm bench serve --save-result` (per-request lists present with
 `--save-detailed`) become a run directory that analyze, report, compare and freeze accept.
-- points are the files' `max_concurrency`; repeats are their order in time (`date`, then file name);
+- points are the files' `max_concurrency`; repeats (and engine sessions) come from a mapping file the
+  user gives (CSV: file,repeat[,session]), else from the file or folder names (`r2`, `rep2`,
+  `repeat2`; `s1`, `session1`, as separate words of the name), else from the order in time (`date`,
+  then file name); adjacent points are declared as comparisons (the higher point vs the lower);
 - with per-request lists (start_times, ttfts, itls, output_lens, input_lens, errors) every request
   becomes a RequestRecord: send = start_time, first chunk = send + ttft, later chunks at the
-  cumulative ITLs (one per streamed chunk, as vLLM measured them), end = the last chunk;
+  cumulative ITLs (one per streamed chunk, as vLLM measured them), end = the last chunk; newer vLLM's
+  `queue_times` (the wait for a concurrency slot) give the slot wait, and intended = send - wait;
 - what vLLM does not record is absent with the reason (the intended send time and the wait for a
-  concurrency slot are not in the file; the HTTP status is not either), listed in each trial's
-  meta.json under `not_recorded`;
-- a file without per-request lists keeps its aggregates verbatim, and its trial is absent from the
-  analysis with that reason (nothing is reconstructed from means);
+  concurrency slot without queue_times; the HTTP status), listed in each trial's meta.json under
+  `not_recorded`;
+- a file without per-request lists (saved without --save-detailed, the common case) is an
+  aggregate-only trial: its summary.json carries the file's own numbers (output throughput, request
+  counts, duration, mean/median/percentile latencies, as vLLM defines them) and meta.json says
+  `aggregate_only`; the analysis uses them where a trial-level value suffices (throughput verdicts,
+  per-point latency from each file's percentiles) and names them in the flags; nothing per request
+  is reconstructed from means;
+- a file written with --append-result (one JSON result per line) gives one trial per line;
 - the original files are kept byte for byte under `imported/`.
 
 Export: every trial of a run as vLLM's result JSON (`output_throughput`, `mean_ttft_ms`,
@@ -47,7 +56,15 @@ NOT_RECORDED = {
     "status": "vllm bench serve does not record HTTP status codes; only its error text",
     "prompt_tokens": "input_lens are the client's prompt lengths, not the server's usage.prompt_tokens",
 }
+NOT_RECORDED_WITH_QUEUE = {k: v for k, v in NOT_RECORDED.items() if k not in ("intended_s", "slot_wait_s")}
 VLLM_DATE = "%Y%m%d-%H%M%S"
+AGGREGATE_ONLY = ("vllm bench serve result without per-request lists (no --save-detailed): throughput, counts and "
+                  "latency statistics are the file's own, as vLLM computes them")
+# vLLM's name of each of our latency metrics in its result keys (mean_<name>_ms, p99_<name>_ms, ...)
+VLLM_METRIC = {"ttft": "ttft", "tpot": "tpot", "itl": "itl", "e2el": "e2el", "slot_wait": "client_queue_time"}
+# a repeat or session number as a word of a file or folder name: r2, rep2, repeat-2; s1, session_1
+_REPEAT = re.compile(r"(?:^|[-_.\s])r(?:ep(?:eat)?)?[-_]?(\d+)(?=$|[-_.\s])", re.I)
+_SESSION = re.compile(r"(?:^|[-_.\s])s(?:ession)?[-_]?(\d+)(?=$|[-_.\s])", re.I)
 
 
 class InteropError(Exception):
@@ -59,6 +76,16 @@ class BenchFile:
     path: Path
     data: dict
     when: datetime | None
+    line: int | None = None  # a line of a file written with --append-result (one result per line)
+    raw: bytes = b""  # the result's own bytes (its digest tells a file given twice)
+
+    @property
+    def key(self) -> str:
+        return str(self.path) + (f":{self.line}" if self.line else "")
+
+    @property
+    def label(self) -> str:
+        return self.path.name + (f":{self.line}" if self.line else "")
 
     @property
     def point(self) -> int:
@@ -68,22 +95,46 @@ class BenchFile:
     def detailed(self) -> bool:
         return all(isinstance(self.data.get(k), list) for k in DETAILED)
 
+    @property
+    def queue_times(self) -> list | None:
+        q = self.data.get("queue_times")
+        return q if self.detailed and isinstance(q, list) and len(q) == len(self.data["start_times"]) else None
 
-def _read(path: Path) -> BenchFile:
+
+def _read(path: Path) -> list[BenchFile]:
+    """The results in one file: one (--save-result), or one per line (--append-result)."""
     if not path.is_file():
         raise InteropError(f"{path} is not a file; give result files written by `vllm bench serve --save-result`.")
     if path.stat().st_size > MAX_FILE_BYTES:
         raise InteropError(f"{path} is {path.stat().st_size:,} bytes, over the {MAX_FILE_BYTES:,}-byte limit of one "
                            "result file.")
+    raw = path.read_bytes()
     try:
-        data = json.loads(path.read_bytes())
-    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        return [_result(path, json.loads(raw), None, raw)]
+    except json.JSONDecodeError as e:
+        lines = [(n, ln) for n, ln in enumerate(raw.splitlines(), start=1) if ln.strip()]
+        if len(lines) < 2:
+            raise InteropError(f"{path} is not JSON ({e}); give result files of `vllm bench serve --save-result`.") \
+                from None
+    except UnicodeDecodeError as e:
         raise InteropError(f"{path} is not JSON ({e}); give result files of `vllm bench serve --save-result`.") from None
+    out = []
+    for n, ln in lines:  # --append-result: one JSON result per line
+        try:
+            out.append(_result(path, json.loads(ln), n, ln))
+        except (UnicodeDecodeError, json.JSONDecodeError) as e:
+            raise InteropError(f"{path} line {n} is not JSON ({e}); a file of several results (--append-result) "
+                               "holds one JSON result per line.") from None
+    return out
+
+
+def _result(path: Path, data: Any, line: int | None, raw: bytes) -> BenchFile:
+    where = f"{path}" + (f" line {line}" if line else "")
     if not isinstance(data, dict) or "completed" not in data or "duration" not in data:
-        raise InteropError(f"{path} is not a `vllm bench serve` result: it has no 'completed' and 'duration' keys.")
+        raise InteropError(f"{where} is not a `vllm bench serve` result: it has no 'completed' and 'duration' keys.")
     mc = data.get("max_concurrency")
     if not isinstance(mc, int) or isinstance(mc, bool) or mc <= 0:
-        raise InteropError(f"{path} has max_concurrency {mc!r}; this importer maps points to max_concurrency, so each "
+        raise InteropError(f"{where} has max_concurrency {mc!r}; this importer maps points to max_concurrency, so each "
                            "file needs one (run vllm bench serve with --max-concurrency).")
     when = None
     if isinstance(data.get("date"), str):
@@ -94,8 +145,8 @@ def _read(path: Path) -> BenchFile:
     if data.get("detailed") is not None or any(k in data for k in DETAILED):
         lens = {k: len(data[k]) for k in DETAILED if isinstance(data.get(k), list)}
         if len(set(lens.values())) > 1:
-            raise InteropError(f"{path}: the per-request lists have different lengths {lens}; the file is damaged.")
-    return BenchFile(path, data, when)
+            raise InteropError(f"{where}: the per-request lists have different lengths {lens}; the file is damaged.")
+    return BenchFile(path, data, when, line, raw)
 
 
 def _records(f: BenchFile) -> list[RequestRecord]:
@@ -103,14 +154,16 @@ def _records(f: BenchFile) -> list[RequestRecord]:
     starts = [float(x) for x in d["start_times"]]
     t0 = min(starts) if starts else 0.0
     errors = d.get("errors") or [""] * len(starts)
+    queue = f.queue_times
     out = []
     for i, (st, ttft, itl, olen, ilen) in enumerate(zip(starts, d["ttfts"], d["itls"], d["output_lens"],
                                                          d["input_lens"])):
         err = errors[i] if i < len(errors) else ""
         ok = not err and ttft is not None and ttft > 0
         send = st - t0
+        wait = float(queue[i]) if queue is not None and isinstance(queue[i], (int, float)) and queue[i] >= 0 else 0.0
         rec = RequestRecord(i=i, phase="measure", prompt_len=int(ilen), max_tokens=int(olen) if olen else 0,
-                            intended_s=send, slot_wait_s=0.0, send_s=send, ok=bool(ok), error=err or None)
+                            intended_s=send - wait, slot_wait_s=wait, send_s=send, ok=bool(ok), error=err or None)
         if ok:
             first = send + float(ttft)
             chunks = [first]
@@ -124,13 +177,172 @@ def _records(f: BenchFile) -> list[RequestRecord]:
     return out
 
 
-def _spec_dict(files: list[BenchFile], name: str) -> dict:
+def _num(v: Any) -> float | None:
+    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) else None
+
+
+def _file_pcts(d: dict) -> set[float]:
+    """The percentiles a plain result file gives for TTFT and E2EL alike (p50 also from the median)."""
+    have = []
+    for m in ("ttft", "e2el"):
+        ps = {float(k[1:-len(m) - 4]) for k in d if k.startswith("p") and k.endswith(f"_{m}_ms")
+              and re.fullmatch(r"[0-9.]+", k[1:-len(m) - 4]) and _num(d[k]) is not None}
+        if _num(d.get(f"median_{m}_ms")) is not None:
+            ps.add(50.0)
+        have.append(ps)
+    return have[0] & have[1]
+
+
+def _percentiles(files: list[BenchFile]) -> list[float]:
+    """Every file's requests give any percentile; plain files only those they carry (the common ones)."""
+    plain = [_file_pcts(f.data) for f in files if not f.detailed]
+    if not plain:
+        return [50.0, 90.0, 99.0]
+    common = set.intersection(*plain)
+    if not common:
+        raise InteropError("the result files share no latency percentile (p50, p99, ...) for TTFT and E2EL; "
+                           "rerun vllm bench serve with the same --metric-percentiles for every file.")
+    return sorted(common)
+
+
+def _aggregate_summary(d: dict, pcts: Sequence[float]) -> dict:
+    """A plain file's own aggregates in the shape of metrics.trial_metrics (what analysis reads per trial).
+    What the file does not carry is None with the reason; nothing is derived from means."""
+    completed = int(d["completed"])
+    failed = int(d["failed"]) if isinstance(d.get("failed"), int) else 0
+    dur = _num(d.get("duration"))
+    out_tok = d.get("total_output_tokens")
+    absent = {k: "not in a result file without per-request lists" for k in
+              ("output_len_mismatches", "chunk_usage_mismatches", "prompt_tokens_server")}
+    tput = _num(d.get("output_throughput"))
+    if tput is None and dur and isinstance(out_tok, int):
+        tput = out_tok / dur
+    if tput is None:
+        absent["output_throughput"] = "the file has no output_throughput (and no total_output_tokens and duration)"
+    rtput = _num(d.get("request_throughput"))
+    if rtput is None and dur:
+        rtput = completed / dur
+    out: dict[str, Any] = {
+        "requests": completed + failed, "completed": completed, "failed": failed,
+        "errors": {"failed (vllm bench serve keeps no error text without per-request lists)": failed} if failed
+        else {},
+        "percentile_method": "vllm bench serve's own (numpy linear, over its requests)",
+        "duration_s": dur, "total_output_tokens": out_tok if isinstance(out_tok, int) else None,
+        "total_input_tokens_nominal": d.get("total_input_tokens"), "prompt_tokens_server": None,
+        "output_len_mismatches": None, "chunk_usage_mismatches": None,
+        "output_throughput": tput, "request_throughput": rtput,
+    }
+    for ours, theirs in VLLM_METRIC.items():
+        dist: dict[str, Any] = {"mean": _num(d.get(f"mean_{theirs}_ms")),
+                                "median": _num(d.get(f"median_{theirs}_ms", d.get(f"p50_{theirs}_ms"))),
+                                "std": _num(d.get(f"std_{theirs}_ms"))}
+        for p in pcts:
+            v = _num(d.get(f"{pct_key(p)}_{theirs}_ms"))
+            dist[pct_key(p)] = v if v is not None else (dist["median"] if p == 50 else None)
+        if dist["mean"] is None or any(dist[pct_key(p)] is None for p in pcts):
+            out[ours + "_ms"] = None
+            absent[ours + "_ms"] = f"the file has no mean_{theirs}_ms or percentiles"
+        else:
+            out[ours + "_ms"] = dist
+    out["absent"] = dict(sorted(absent.items()))
+    return out
+
+
+def _words(f: BenchFile) -> list[str]:
+    """Where a repeat or session number is looked for: the file's name, then its folder's."""
+    return [f.path.stem, f.path.parent.name]
+
+
+def _from_names(files: list[BenchFile]) -> dict[str, tuple[int, int]] | None:
+    """Repeat and session of every file from its name (or its folder's); None when no name carries a repeat."""
+    got: dict[str, tuple[int | None, int]] = {}
+    for f in files:
+        rep = ses = None
+        for w in _words(f):
+            m = _REPEAT.search(w)
+            if m and rep is None:
+                rep = int(m.group(1))
+            m = _SESSION.search(w)
+            if m and ses is None:
+                ses = int(m.group(1))
+        got[f.key] = (rep, ses or 1)
+    have = [p for p, (r, _) in got.items() if r is not None]
+    if not have:
+        return None
+    if len(have) != len(files):
+        lack = sorted(str(p) for p, (r, _) in got.items() if r is None)
+        raise InteropError(f"some file names carry a repeat number (r1, rep2, ...) and some do not ({', '.join(lack[:5])}"
+                           f"{' ...' if len(lack) > 5 else ''}); name them all, or give --map FILE (CSV: "
+                           "file,repeat,session).")
+    return {p: (int(r), s) for p, (r, s) in got.items() if r is not None}
+
+
+def read_mapping(path: Path, files: list[BenchFile]) -> dict[str, tuple[int, int]]:
+    """A small CSV the user writes: file,repeat[,session]; `file` is a file's name or its path as given
+    (NAME:LINE for one line of an --append-result file)."""
+    import csv
+
+    try:
+        rows = list(csv.DictReader(Path(path).read_text(encoding="utf-8").splitlines()))
+    except (OSError, UnicodeDecodeError, csv.Error) as e:
+        raise InteropError(f"--map {path}: cannot read it as CSV ({e}); give lines of file,repeat[,session] "
+                           "under that header.") from None
+    if not rows or "file" not in rows[0] or "repeat" not in rows[0]:
+        raise InteropError(f"--map {path}: needs a header line 'file,repeat' (optionally ',session') and one line "
+                           "per result file.")
+    by: dict[str, tuple[int, int]] = {}
+    for n, r in enumerate(rows, start=2):
+        try:
+            rep, ses = int(r["repeat"]), int(r.get("session") or 1)
+        except (TypeError, ValueError):
+            raise InteropError(f"--map {path} line {n}: repeat and session must be whole numbers, not "
+                               f"{r.get('repeat')!r}, {r.get('session')!r}.") from None
+        if rep < 1 or ses < 1:
+            raise InteropError(f"--map {path} line {n}: repeat and session start at 1.")
+        by[(r["file"] or "").strip()] = (rep, ses)
+    out = {}
+    for f in files:
+        hit = [by[k] for k in (f.key, f.label) if k in by]
+        if not hit:
+            raise InteropError(f"--map {path} has no line for {f.label}; give every file a line (file,repeat,session).")
+        out[f.key] = hit[0]
+    return out
+
+
+def _assign(files: list[BenchFile], mapping: dict[str, tuple[int, int]] | None) -> tuple[list[tuple[int, int]], str]:
+    """(repeat, session) per file, in the files' order, and how they were assigned."""
+    how = "a mapping file"
+    if mapping is None:
+        mapping, how = _from_names(files), "the file names"
+    if mapping is None:
+        seen: dict[int, int] = {}
+        out = []
+        for f in files:
+            seen[f.point] = seen.get(f.point, 0) + 1
+            out.append((seen[f.point], 1))
+        return out, "their order in time (repeat k of a point is its k-th result in time)"
+    out = [mapping[f.key] for f in files]
+    dup = sorted({(f.point, r) for f, (r, _) in zip(files, out)
+                  if sum(1 for g, (q, _) in zip(files, out) if g.point == f.point and q == r) > 1})
+    if dup:
+        raise InteropError(f"two files are repeat {dup[0][1]} of point C{dup[0][0]} (from {how}); each (point, repeat) "
+                           "is one trial.")
+    ses_of: dict[int, int] = {}
+    for r, se in out:
+        if ses_of.setdefault(r, se) != se:
+            raise InteropError(f"repeat {r} is in sessions {ses_of[r]} and {se} (from {how}); a repeat runs in one "
+                               "engine session.")
+    return out, how
+
+
+def _spec_dict(files: list[BenchFile], name: str, reps: list[tuple[int, int]]) -> dict:
     first = files[0].data
     points = sorted({f.point for f in files})
     prompts = {}
     for f in files:
         prompts.setdefault(f.point, int(f.data.get("num_prompts") or f.data["completed"] + f.data.get("failed", 0)))
-    repeats = max(sum(1 for f in files if f.point == p) for p in points)
+    repeats = max(r for r, _ in reps)
+    sessions = max(se for _, se in reps)
 
     def mean_len(key: str, total: str) -> int:
         vals = [x for f in files if f.detailed for x in f.data[key] if x]
@@ -141,7 +353,7 @@ def _spec_dict(files: list[BenchFile], name: str) -> dict:
 
     rate = first.get("request_rate", "inf")
     rate = "inf" if rate in ("inf", None) or (isinstance(rate, float) and math.isinf(rate)) else float(rate)
-    return {
+    d: dict[str, Any] = {
         "name": name,
         "title": f"Imported from vllm bench serve ({len(files)} result file(s))",
         "description": "Imported by `evidence import vllm-bench`; the original files are under imported/. "
@@ -160,22 +372,36 @@ def _spec_dict(files: list[BenchFile], name: str) -> dict:
         "analysis": {"comparisons": [], "latency_metrics": list(REPORTED_METRICS),
                      "percentiles": [50, 90, 99]},
     }
+    d["sweep"]["sessions"] = min(sessions, repeats)
+    # each point against the one below it: the question a sweep of concurrency asks first
+    d["analysis"]["comparisons"] = [{"a": b, "b": a} for a, b in zip(points, points[1:])]
+    d["analysis"]["percentiles"] = _percentiles(files)
+    return d
 
 
-def import_vllm_bench(paths: Sequence[Path], out: Path, *, name: str | None = None) -> Path:
-    """Write a run directory at `out` from vllm bench serve result files; returns `out`."""
+def import_vllm_bench(paths: Sequence[Path], out: Path, *, name: str | None = None,
+                      mapping: Path | None = None) -> Path:
+    """Write a run directory at `out` from vllm bench serve result files; returns `out`.
+    mapping: a CSV of file,repeat[,session] (else the names, else the order in time decide)."""
     if not paths:
         raise InteropError("give at least one result file of `vllm bench serve --save-result`.")
     out = Path(out)
     if out.exists():
         raise InteropError(f"{out} already exists; importing never overwrites a run. Choose a new --out folder.")
-    files = sorted((_read(Path(p)) for p in paths), key=lambda f: (f.when or datetime.min, f.path.name))
-    digests = [hashlib.sha256(f.path.read_bytes()).hexdigest() for f in files]
+    files = sorted((f for p in paths for f in _read(Path(p))), key=lambda f: (f.when or datetime.min, f.label))
+    digests = [hashlib.sha256(f.raw).hexdigest() for f in files]
     if len(set(digests)) != len(digests):
-        raise InteropError("the same result file was given twice (identical bytes); each file is one trial.")
+        raise InteropError("the same result was given twice (identical bytes); each result is one trial.")
+    # imported/ keeps each file once, numbered in time order (names repeat: vLLM's folders of result.json)
+    copies: dict[Path, str] = {}
+    for f in files:
+        copies.setdefault(f.path, f"{len(copies):03d}-{f.path.name}")
     name = name or re.sub(r"[^a-z0-9._-]+", "-", out.name.lower()).strip("-") or "vllm-bench-import"
+    reps, how = _assign(files, read_mapping(mapping, files) if mapping is not None else None)
     try:
-        spec = spec_from_json(json.dumps(_spec_dict(files, name)))
+        spec = spec_from_json(json.dumps(_spec_dict(files, name, reps)))
+    except InteropError:
+        raise
     except Exception as e:
         raise InteropError(f"the files do not describe a valid experiment: {str(e).splitlines()[0]}") from None
 
@@ -186,44 +412,48 @@ def import_vllm_bench(paths: Sequence[Path], out: Path, *, name: str | None = No
     spec_json = spec_to_json(spec)
     write_atomic(rd.spec_yaml, spec_json)
     write_atomic(rd.spec_resolved, spec_json)
-    seen: dict[int, int] = {}
-    trials, skipped = [], []
-    for idx, f in enumerate(files):
-        seen[f.point] = seen.get(f.point, 0) + 1
-        rep = seen[f.point]
+    trials, aggregate = [], []
+    for idx, (f, (rep, ses)) in enumerate(zip(files, reps)):
         pos = 1 + sum(1 for t in trials if t["repeat"] == rep)
         t = {"index": idx, "repeat": rep, "point": f.point, "position": pos, "seed": 0,
-             "prompts": int(f.data.get("num_prompts") or len(f.data.get("start_times") or [])),
-             "id": f"r{rep}-c{f.point}", "source": f.path.name}
+             "prompts": int(f.data.get("num_prompts") or len(f.data.get("start_times") or [])
+                            or f.data["completed"] + int(f.data.get("failed") or 0)),
+             "id": f"r{rep}-c{f.point}", "source": f.label}
+        if spec.sweep.sessions > 1:
+            t["session"] = ses
         trials.append(t)
         (tmp / "imported").mkdir(exist_ok=True)
-        shutil.copyfile(f.path, tmp / "imported" / f"{idx:03d}-{f.path.name}")
-        if not f.detailed:
-            skipped.append(f"{t['id']} ({f.path.name}: no per-request lists; rerun with --save-detailed)")
-            continue
-        recs = _records(f)
+        if not (tmp / "imported" / copies[f.path]).exists():
+            shutil.copyfile(f.path, tmp / "imported" / copies[f.path])  # byte for byte
         d = rd.trials_dir / t["id"]
         d.mkdir(parents=True)
-        write_records(d / REQUESTS, recs)
-        write_json(d / META, {"trial": {k: t[k] for k in ("index", "repeat", "point", "position",
-                                                                 "prompts", "seed", "id")},
-                                     "client": {"name": "vllm bench serve", "max_concurrency": f.point,
-                                                "request_rate": f.data.get("request_rate")},
-                                     "imported_from": f.path.name, "not_recorded": NOT_RECORDED,
-                                     "vllm_aggregates": {k: v for k, v in f.data.items()
-                                                         if not isinstance(v, list)}})
-        summary = trial_metrics(recs, spec.analysis.percentiles)
+        meta: dict[str, Any] = {"trial": {k: t[k] for k in ("index", "repeat", "point", "position", "prompts", "seed",
+                                                             "id")},
+                                "client": {"name": "vllm bench serve", "max_concurrency": f.point,
+                                           "request_rate": f.data.get("request_rate")},
+                                "imported_from": f.label,
+                                "vllm_aggregates": {k: v for k, v in f.data.items() if not isinstance(v, list)}}
+        if not f.detailed:
+            aggregate.append(t["id"])
+            write_json(d / META, {**meta, "aggregate_only": AGGREGATE_ONLY})
+            summary = _aggregate_summary(f.data, spec.analysis.percentiles)
+        else:
+            recs = _records(f)
+            write_records(d / REQUESTS, recs)
+            write_json(d / META, {**meta, "not_recorded": NOT_RECORDED if f.queue_times is None
+                                  else NOT_RECORDED_WITH_QUEUE})
+            summary = trial_metrics(recs, spec.analysis.percentiles)
         summary["trial_id"] = t["id"]
         write_json(d / SUMMARY, summary)
-    write_json(rd.plan_json, {"order": "imported", "note": "trials in the files' order in time; repeat k of a point "
-                              "is its k-th file in time", "trials": trials})
+    write_json(rd.plan_json, {"order": "imported", "note": f"repeats and sessions from {how}", "trials": trials})
     write_json(rd.run_json, {"run_id": out.name, "spec_name": spec.name,
                              "spec_sha256": hashlib.sha256(spec_json.encode()).hexdigest(),
-                             "status": "complete" if not skipped else "incomplete",
+                             "status": "complete",
                              "imported": {"tool": "vllm bench serve",
-                                          "files": [{"name": f.path.name, "sha256": h}
+                                          "files": [{"name": f.label, "sha256": h}
                                                     for f, h in zip(files, digests)],
-                                          "without_requests": skipped}})
+                                          "repeats_from": how,
+                                          "aggregate_only": aggregate}})
     tmp.rename(out)
     return out
 

@@ -18,15 +18,21 @@ class Progress:
     """A rich progress bar: overall trials, and the current trial with live output tok/s."""
 
     def __init__(self, total: int, done: int, enabled: bool, say: Callable[..., Any] | None = None):
-        self.enabled = enabled
+        from rich.console import Console
+
+        # The bar is drawn on stderr, and only on a terminal: stdout is the result's (one JSON document
+        # under --json), and a log gets one line per trial instead.
+        console = Console(stderr=True)
+        self.enabled = enabled and console.is_terminal
         self.total, self.done = total, done
         self.say = say  # without a bar: one line per trial through say
-        if not enabled:
+        if not self.enabled:
             return
         from rich.progress import BarColumn, MofNCompleteColumn, Progress as RichProgress, TextColumn, TimeElapsedColumn
 
         self.p = RichProgress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                              TextColumn("{task.fields[rate]}"), TimeElapsedColumn(), transient=False)
+                              TextColumn("{task.fields[rate]}"), TimeElapsedColumn(), transient=False,
+                              console=console)
         self.p.start()
         self.overall = self.p.add_task("trials", total=total, completed=done, rate="")
         self.cur = None

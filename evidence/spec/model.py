@@ -8,7 +8,10 @@ silently change an experiment.
 from __future__ import annotations
 
 import math
+import os
 import re
+import shutil
+import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Literal, Union
 
@@ -99,18 +102,55 @@ class EngineArgs(_Model):
     extra: list[str] = Field(default_factory=list, description="further CLI arguments passed to the server as given")
 
 
+# In engine.launch.command, this word stands for the interpreter running evidence (sys.executable), so a
+# spec that starts a Python module (the stand-in) works from any install, venv or not.
+PYTHON_PLACEHOLDER = "{python}"
+
+
 class Launch(_Model):
     """How to start the engine: the python of its own venv, or an explicit command."""
 
     python: str | None = Field(None, description="python of the engine's venv (the harness runs vLLM's CLI with it)")
-    command: list[str] | None = Field(None, description="explicit argv prefix replacing '<python> -m vllm ... serve'")
+    command: list[str] | None = Field(None, description="explicit argv prefix replacing '<python> -m vllm ... serve'; "
+                                      f"'{PYTHON_PLACEHOLDER}' stands for the Python running evidence")
     cwd: str | None = None
 
     @model_validator(mode="after")
     def _one(self) -> "Launch":
         if self.python and self.command:
             raise ValueError("@command: give either 'python' or 'command', not both")
+        if self.command is not None and not self.command:
+            raise ValueError("@command: is empty; give the program and its arguments, e.g. "
+                             f"['{PYTHON_PLACEHOLDER}', '-m', 'evidence.tools.standin']")
         return self
+
+    def argv(self) -> list[str] | None:
+        """`command` with the placeholder replaced by this interpreter (None when no command is given)."""
+        if not self.command:
+            return None
+        return [sys.executable if a == PYTHON_PLACEHOLDER else a for a in self.command]
+
+    def missing_program(self, root: Path) -> str | None:
+        """Why the command's program cannot be started from `root`, with the fix; None when it can.
+        A check of this machine, not of the spec's data: validate and run call it, loading never does."""
+        argv = self.argv()
+        if not argv:
+            return None
+        prog = argv[0]
+        if "/" in prog:
+            q = Path(prog).expanduser()
+            base = root / self.cwd if self.cwd else root
+            q = q if q.is_absolute() else base / q
+            if q.is_file() and os.access(q, os.X_OK):
+                return None
+            found = f"{q} does not exist" if not q.exists() else f"{q} is not an executable file"
+        elif shutil.which(prog):
+            return None
+        else:
+            found = f"{prog!r} is not on PATH"
+        return (f"its program {prog!r} cannot be started: {found}. To run a Python module with the Python "
+                f"running evidence, write '{PYTHON_PLACEHOLDER}' as the first word (e.g. ['{PYTHON_PLACEHOLDER}', "
+                "'-m', 'evidence.tools.standin']); otherwise install the program or fix the path.")
 
 
 class Engine(_Model):

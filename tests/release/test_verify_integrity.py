@@ -26,7 +26,11 @@ SDE = 1780000000
 TAG = "v1"
 RUN_ID = "fixture-run"
 RAW_REQ = f"data/raw/{RUN_ID}/trials/r1-c4/requests.jsonl"
-EVIDENCE = [sys.executable, "-c", "import sys; from evidence.cli import main; sys.argv[0] = 'evidence'; sys.exit(main())"]
+EVIDENCE = [
+    sys.executable,
+    "-c",
+    "import sys; from evidence.cli import main; sys.argv[0] = 'evidence'; sys.exit(main())",
+]
 
 
 def _git(repo: Path, *args: str) -> str:
@@ -38,7 +42,12 @@ def frozen(tmp_path_factory):
     repo = tmp_path_factory.mktemp("integrity") / "repo"
     repo.mkdir()
     _git(repo, "init", "-q", "-b", "main")
-    for k, v in (("user.email", "a@example.org"), ("user.name", "A"), ("commit.gpgsign", "false"), ("tag.gpgsign", "false")):
+    for k, v in (
+        ("user.email", "a@example.org"),
+        ("user.name", "A"),
+        ("commit.gpgsign", "false"),
+        ("tag.gpgsign", "false"),
+    ):
         _git(repo, "config", k, v)
     (repo / ".gitignore").write_text("runs/\n")
     _git(repo, "add", ".gitignore")
@@ -65,16 +74,24 @@ def case(frozen, tmp_path):
 
 
 def _snapshot(folder: Path) -> dict[str, tuple[int, int]]:
-    return {p.relative_to(folder).as_posix(): (p.lstat().st_size, p.lstat().st_mtime_ns)
-            for p in folder.rglob("*") if "tmp" != p.relative_to(folder).parts[0]}
+    return {
+        p.relative_to(folder).as_posix(): (p.lstat().st_size, p.lstat().st_mtime_ns)
+        for p in folder.rglob("*")
+        if "tmp" != p.relative_to(folder).parts[0]
+    }
 
 
 def _verify(case: Path, target: Path, *extra: str) -> dict:
     """`evidence verify --json --no-regen` on target; checks the rules every hostile case shares."""
     before = _snapshot(case)
     env = {**os.environ, "TMPDIR": str(case / "tmp"), "PYTHONIOENCODING": "utf-8"}
-    p = subprocess.run(EVIDENCE + ["verify", "--json", "--no-regen", *extra, str(target)], capture_output=True,
-                       env=env, cwd=case, timeout=600)
+    p = subprocess.run(
+        EVIDENCE + ["verify", "--json", "--no-regen", *extra, str(target)],
+        capture_output=True,
+        env=env,
+        cwd=case,
+        timeout=600,
+    )
     assert b"Traceback" not in p.stderr, p.stderr.decode(errors="replace")[-2000:]
     rep = json.loads(p.stdout.decode("utf-8"))
     rep["returncode"] = p.returncode
@@ -103,11 +120,13 @@ def _reseal(rel: Path, change=None) -> None:
 def _retag(rel: Path) -> None:
     """Rewrite only the tag manifest (after a hand edit of the payload manifest)."""
     names = [*layout.TAG_FILES, *tag_area_files(rel)]
-    (rel / layout.TAGMANIFEST).write_bytes(manifest.render_manifest(
-        {n: layout.sha256_bytes((rel / n).read_bytes()) for n in names}))
+    (rel / layout.TAGMANIFEST).write_bytes(
+        manifest.render_manifest({n: layout.sha256_bytes((rel / n).read_bytes()) for n in names})
+    )
 
 
 # --------------------------------------------------------------------------- tag binding (item 3)
+
 
 def test_untouched_release_passes_the_name_and_tag_checks(case):
     rep = _verify(case, case / "repo" / "releases" / TAG)
@@ -168,7 +187,7 @@ def test_edited_in_place_same_size_is_caught_by_blob_hash(case):
     rel = repo / "releases" / TAG
     b = bytearray((rel / RAW_REQ).read_bytes())
     i = b.index(b"1")
-    b[i:i + 1] = b"2"
+    b[i : i + 1] = b"2"
     (rel / RAW_REQ).write_bytes(bytes(b))
     _reseal(rel)
     rep = _verify(case, rel)
@@ -197,9 +216,16 @@ def test_outside_a_repository_git_head_is_not_checked(case):
 
 # --------------------------------------------------------------------------- manifest paths (item 6)
 
-@pytest.mark.parametrize("written, decoded", [
-    ("data/a%25b", "data/a%b"), ("data/a%0Ab", "data/a\nb"), ("data/a%0d%0ab", "data/a\r\nb"), ("data/plain", "data/plain"),
-])
+
+@pytest.mark.parametrize(
+    "written, decoded",
+    [
+        ("data/a%25b", "data/a%b"),
+        ("data/a%0Ab", "data/a\nb"),
+        ("data/a%0d%0ab", "data/a\r\nb"),
+        ("data/plain", "data/plain"),
+    ],
+)
 def test_manifest_paths_are_percent_decoded(written, decoded):
     assert manifest.decode_manifest_path(written) == (decoded, None)
     assert manifest.decode_manifest_path(manifest.encode_manifest_path(decoded)) == (decoded, None)
@@ -279,7 +305,8 @@ def test_unlisted_sparse_tib_file_is_refused_unread(case, never_opened):
     rep = _verify_in_process(rel)
     failed = {c.id for c in rep.failed}
     assert "complete.unexpected" in failed and f"data/raw/{RUN_ID}/huge.bin" in {
-        f.path for f in rep.by_id()["complete.unexpected"].findings}
+        f.path for f in rep.by_id()["complete.unexpected"].findings
+    }
     assert "fixity.payload" not in failed  # every listed file was hashed and matches
     assert rep.by_id()["archive.sha256"].status == "skip"  # rebuilding the archive would read it
 
@@ -297,8 +324,9 @@ def test_listed_file_of_another_size_is_not_hashed(case, never_opened):
     never_opened.add(str(_sparse(rel / RAW_REQ)))
     rep = _verify_in_process(rel)
     fx = rep.by_id()["fixity.payload"]
-    assert fx.status == "fail" and any(f.path == RAW_REQ and f.found == "not hashed" and "declared" in f.message
-                                       for f in fx.findings), fx.findings
+    assert fx.status == "fail" and any(
+        f.path == RAW_REQ and f.found == "not hashed" and "declared" in f.message for f in fx.findings
+    ), fx.findings
     assert {"bagit.oxum", "metadata.agrees"} <= {c.id for c in rep.failed}
 
 
@@ -323,5 +351,7 @@ def test_tib_release_json_is_not_read(case, never_opened):
     (rel / layout.RELEASE_JSON).unlink()
     never_opened.add(str(_sparse(rel / layout.RELEASE_JSON)))
     rep = _verify_in_process(rel)
-    assert rep.by_id()["metadata.canonical"].status == "fail" and "too large" in rep.by_id()["metadata.canonical"].message
+    assert (
+        rep.by_id()["metadata.canonical"].status == "fail" and "too large" in rep.by_id()["metadata.canonical"].message
+    )
     assert "fixity.tag" in {c.id for c in rep.failed}

@@ -23,10 +23,18 @@ from evidence.report.index import index_entry, render_index  # noqa: E402
 from evidence.report.sanitize import CSP, markdown_html  # noqa: E402
 
 FAKE_FIGURES = {f"{n}.{ext}": f"{n}-{ext}".encode() for n in FIGURE_NAMES for ext in ("png", "svg")}
-HOSTILE = ('<script>alert("notes")</script>\n\n<img src=x onerror="alert(1)">\n\n[click me](javascript:alert(2))\n\n'
-           '<a href="JaVaScRiPt:alert(3)">raw link</a> <iframe src="https://example.org"></iframe>\n\n'
-           '<p style="background:url(https://example.org/x)" onclick="alert(4)">styled</p>\n\n<svg onload="alert(5)"></svg>\n')
-NOTES = "# Erratum\n\nThe knee is **not** shown.\n\n" + HOSTILE + "\n## More\n\n" + HOSTILE + "\n| a | b |\n|---|---|\n| 1 | 2 |\n"
+HOSTILE = (
+    '<script>alert("notes")</script>\n\n<img src=x onerror="alert(1)">\n\n[click me](javascript:alert(2))\n\n'
+    '<a href="JaVaScRiPt:alert(3)">raw link</a> <iframe src="https://example.org"></iframe>\n\n'
+    '<p style="background:url(https://example.org/x)" onclick="alert(4)">styled</p>\n\n<svg onload="alert(5)"></svg>\n'
+)
+NOTES = (
+    "# Erratum\n\nThe knee is **not** shown.\n\n"
+    + HOSTILE
+    + "\n## More\n\n"
+    + HOSTILE
+    + "\n| a | b |\n|---|---|\n| 1 | 2 |\n"
+)
 
 
 class _Elements(HTMLParser):
@@ -48,8 +56,12 @@ def _no_active_markup(html: str) -> None:
         for k, v in attrs:
             assert not k.startswith("on") and k != "style", (tag, k, v)
             if k in ("href", "src"):
-                assert (v or "").strip().lower().split(":")[0] not in ("javascript", "vbscript") or ":" not in (v or ""), (tag, k, v)
-                assert not (v or "").lower().startswith("data:") or (tag == "img" and v.startswith("data:image/png;base64,")), (tag, k, v)
+                assert (v or "").strip().lower().split(":")[0] not in ("javascript", "vbscript") or ":" not in (
+                    v or ""
+                ), (tag, k, v)
+                assert not (v or "").lower().startswith("data:") or (
+                    tag == "img" and v.startswith("data:image/png;base64,")
+                ), (tag, k, v)
 
 
 def _no_active_content(html: str) -> None:
@@ -71,8 +83,12 @@ def test_markdown_is_sanitised_and_keeps_the_authors_formatting():
 
 @pytest.fixture(scope="module")
 def run(tmp_path_factory) -> Path:
-    spec = demo_spec().model_copy(update={"title": 'Title <script>alert("t")</script>',
-                                          "description": '<img src=x onerror="alert(1)"> [x](javascript:alert(2))'})
+    spec = demo_spec().model_copy(
+        update={
+            "title": 'Title <script>alert("t")</script>',
+            "description": '<img src=x onerror="alert(1)"> [x](javascript:alert(2))',
+        }
+    )
     return build_run(tmp_path_factory.mktemp("sanitize"), spec=spec, run_id="hostile")
 
 

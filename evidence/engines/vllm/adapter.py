@@ -218,7 +218,7 @@ class VllmEngine(HttpEngine):
         """The server's argv (only the settings the spec sets, then args.extra, then extra_args)."""
         s, a, m = self.spec, self.spec.engine.args, self.spec.model
         launch = s.engine.launch
-        prefix = list(launch.command) if launch.command else [self.python or sys.executable, str(LAUNCHER)]
+        prefix = launch.argv() or [self.python or sys.executable, str(LAUNCHER)]
         argv = prefix + ["serve", self.model_arg, "--served-model-name", self.served_name,
                          "--host", self.host, "--port", str(self.port)]
         if m.revision and not m.path:
@@ -336,6 +336,9 @@ class VllmEngine(HttpEngine):
             raise EngineError(
                 f"the engine python {py} (spec engine.launch.python) does not exist; install the CPU build with "
                 f"'evidence engine install-cpu' or point launch.python at the engine's venv")
+        why = self.spec.engine.launch.missing_program(self.repo_root)
+        if why:
+            raise EngineError(f"engine.launch.command: {why}")
         argv = self.command()
         env = self.environment()
         self.log_path = Path(log_path)

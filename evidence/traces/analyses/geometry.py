@@ -15,7 +15,8 @@ from evidence.traces.analyses.families import DEFAULT_RULES, FamilyRule, classif
 from evidence.traces.analyses.window import Window, clipped_ns, resolve_window, select_kernels
 from evidence.traces.model import KernelTable
 
-__all__ = ["GeometryGroup", "GeometryReport", "fa2_sequences", "geometry_meaning", "infer_heads", "geometry_split"]
+__all__ = ["GeometryGroup", "GeometryReport", "fa2_sequences", "geometry_meaning", "infer_heads", "geometry_split",
+           "path_totals"]
 
 
 def fa2_sequences(grid_y: int, grid_z: int, heads: int | None) -> int | None:
@@ -143,3 +144,55 @@ def geometry_split(
                           {all_rules[i].name: all_rules[i].geometry for i in chosen}, heads, heads_source,
                           w, output_tokens, token_reason(output_tokens), tuple(groups))
 
+
+
+def _path_label(grid_x: int | None, path: str | None) -> str:
+    if grid_x is not None:
+        return f"gridX={grid_x} " + ("decode-oriented" if grid_x == 1 else "mixed/prefill-containing")
+    return {"decode": "decode", "mixed": "mixed/prefill-containing"}.get(path or "", "path unknown")
+
+
+def path_totals(analysis: dict) -> dict:
+    """Attention time per path, the seed article's grouping: one row per gridX of an FA2 split-KV rule (gridX=1 the
+    decode-oriented path, gridX>1 the mixed/prefill-containing one) summed over its grid_y/grid_z/replay groups,
+    for the capture window (every launch in it) and for the accepted forwards (whole forwards only; a persistent
+    kernel's grid carries no path, so there the forward's path comes from the step annotation). Each row: launches,
+    total and mean kernel time (ns) and ns per output token of the window (the same denominator for every path,
+    as the article divides). A pure function of analyze_trace's dict, so analysis.json and its bytes are unchanged."""
+    window = []
+    for g in analysis.get("geometry") or []:
+        if not isinstance(g, dict) or (g.get("geometry") or {}).get(g.get("select")) != "fa2_splitkv":
+            continue
+        tokens = g.get("output_tokens") if (g.get("output_tokens") or 0) > 0 else None
+        by_x: dict[int, list[int]] = {}
+        for x in g.get("groups") or []:
+            acc = by_x.setdefault(int(x["grid"][0]), [0, 0, 0])
+            acc[0] += int(x["count"])
+            acc[1] += int(x["total_ns"])
+            acc[2] += 1
+        for gx, (n, tot, groups) in sorted(by_x.items()):
+            window.append({"rule": g["select"], "grid_x": gx, "path": _path_label(gx, None), "launches": n,
+                           "grid_groups": groups, "total_ns": tot, "mean_ns": tot / n,
+                           "per_token_ns": per_token(tot, tokens)})
+    fw = analysis.get("forwards") or {}
+    forwards: list[dict] = []
+    tokens = next((g.get("output_tokens") for g in analysis.get("geometry") or [] if isinstance(g, dict)), None)
+    tokens = tokens if tokens and tokens > 0 else None
+    absent = fw.get("absent") if isinstance(fw, dict) else "no forward analysis"
+    if not absent:
+        fa2 = fw.get("geometry") == "fa2_splitkv"
+        by_p: dict[tuple, list[int]] = {}
+        for f in fw.get("forwards") or []:
+            key = (int(f["grid"][0]) if fa2 else -1, f.get("path") or "")
+            acc = by_p.setdefault(key, [0, 0, 0])
+            acc[0] += 1
+            acc[1] += int(f["launches"])
+            acc[2] += int(f["total_kernel_ns"])
+        for (gx, path), (nf, n, tot) in sorted(by_p.items()):
+            forwards.append({"rule": fw.get("rule"), "grid_x": gx if fa2 else None, "path": _path_label(
+                gx if fa2 else None, path), "forwards": nf, "launches": n, "total_ns": tot, "mean_ns": tot / n,
+                "per_token_ns": per_token(tot, tokens)})
+    return {"window": window, "forwards": forwards, "output_tokens": tokens,
+            "per_token_reason": token_reason(tokens),
+            "window_absent": None if window else "no FA2 split-KV rule in the window: no grid encodes the path",
+            "forwards_absent": absent or (None if forwards else "no accepted forward")}

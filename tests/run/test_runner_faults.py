@@ -1,0 +1,124 @@
+"""The runner under faults (issue 23): one writer per run folder, no engine outliving its runner,
+waits that a signal cuts, a missing endpoint named. Faults a real engine cannot do on demand use
+the stand-in server (and, as the engine a runner starts, the stand-in under `engine.launch.command`)."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from rich.console import Console
+
+from evidence.run import lock as run_lock
+from evidence.run.runner import RunError, run_experiment
+from evidence.tools.standin import StandinServer
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from test_run import ROOT, events, trial_ids, write_spec  # noqa: E402
+
+ENV = {**os.environ, "PYTHONPATH": str(ROOT)}
+
+
+def _console() -> tuple[Console, io.StringIO]:
+    buf = io.StringIO()
+    return Console(file=buf, width=300, color_system=None), buf
+
+
+def _holder(folder: Path) -> subprocess.Popen:
+    """Another process holding the run folder's lock (as a second `evidence run` would)."""
+    code = ("import sys,time; from evidence.run import lock; lock.acquire(sys.argv[1]); print('held', flush=True); "
+            "time.sleep(600)")
+    p = subprocess.Popen([sys.executable, "-c", code, str(folder)], stdout=subprocess.PIPE, text=True, env=ENV)
+    assert p.stdout.readline().strip() == "held"
+    return p
+
+
+def _small_run(tmp_path: Path, url: str, tiny_model: Path, run_id: str, **kw) -> Path:
+    spec = write_spec(tmp_path / "s.yaml", base_url=url, served="standin", model_dir=tiny_model, points=(1,),
+                      repeats=2, warmup=0, **kw)
+    return spec
+
+
+def test_a_second_runner_on_a_held_folder_is_refused_naming_the_holder_and_writes_nothing(tmp_path, tiny_model):
+    with StandinServer(model="standin") as url:
+        spec = _small_run(tmp_path, url, tiny_model, "r")
+        first = run_experiment(spec, runs_dir=tmp_path / "runs", repo_root=ROOT, progress=False, run_id="r",
+                               hooks={"after_trial": lambda tid: (_ for _ in ()).throw(KeyboardInterrupt)})
+        rd = first.run_dir
+        assert first.status == "interrupted" and trial_ids(rd) == ["r1-c1"]
+        assert not (rd / run_lock.LOCK_NAME).exists()  # released (and removed) when the runner ended
+        # an in-progress trial of the holder: a second runner must not move it aside
+        (rd / "trials" / ".tmp-r2-c1").mkdir()
+        before = (rd / "events.jsonl").read_bytes()
+        holder = _holder(rd)
+        try:
+            with pytest.raises(RunError) as ei:
+                run_experiment(spec, runs_dir=tmp_path / "runs", repo_root=ROOT, progress=False, run_id="r")
+            msg = str(ei.value)
+            assert f"pid {holder.pid} on host {socket.gethostname()}" in msg and "one writer" in msg, msg
+            assert ei.value.code == 2
+            assert (rd / "events.jsonl").read_bytes() == before
+            assert (rd / "trials" / ".tmp-r2-c1").is_dir() and not (rd / "aborted").exists()
+            # the command line: exit 2, one paragraph, no traceback
+            p = subprocess.run([sys.executable, "-m", "evidence.cli", "run", str(spec), "--runs-dir",
+                                str(tmp_path / "runs"), "--run-id", "r", "--no-progress"],
+                               capture_output=True, text=True, env=ENV, cwd=ROOT)
+            assert p.returncode == 2, p.stderr
+            assert "Traceback" not in p.stderr and f"pid {holder.pid}" in p.stderr
+        finally:
+            holder.kill()
+            holder.wait()
+
+
+def test_a_stale_lock_left_by_a_killed_runner_is_reported_and_taken_over(tmp_path, tiny_model):
+    with StandinServer(model="standin") as url:
+        spec = _small_run(tmp_path, url, tiny_model, "s")
+        run_experiment(spec, runs_dir=tmp_path / "runs", repo_root=ROOT, progress=False, run_id="s",
+                       hooks={"after_trial": lambda tid: (_ for _ in ()).throw(KeyboardInterrupt)})
+        rd = tmp_path / "runs" / "s"
+        holder = _holder(rd)
+        holder.send_signal(signal.SIGKILL)  # dies holding it: the kernel frees the flock, the file stays
+        holder.wait()
+        assert json.loads((rd / run_lock.LOCK_NAME).read_text())["pid"] == holder.pid
+        con, buf = _console()
+        out = run_experiment(spec, runs_dir=tmp_path / "runs", repo_root=ROOT, progress=False, run_id="s",
+                             console=con)
+    assert out.status == "complete" and trial_ids(rd) == ["r1-c1", "r2-c1"]
+    (ev,) = [e for e in events(rd) if e["event"] == "stale_lock_taken_over"]
+    assert ev["previous"]["pid"] == holder.pid
+    assert "stale run lock" in buf.getvalue() and f"pid {holder.pid}" in buf.getvalue()
+    assert "is no longer running" in buf.getvalue()
+    assert not (rd / run_lock.LOCK_NAME).exists()
+
+
+def test_the_lock_is_taken_before_the_first_file_of_a_new_run(tmp_path, tiny_model, monkeypatch):
+    from evidence.run import prepare
+
+    spec = write_spec(tmp_path / "s.yaml", base_url="http://127.0.0.1:9", served="x", model_dir=tiny_model)
+    seen = []
+    real = prepare.write_atomic
+
+    def spy(path, data, *a, **k):
+        seen.append((Path(path).name, (Path(path).parent / run_lock.LOCK_NAME).exists()))
+        return real(path, data, *a, **k)
+
+    monkeypatch.setattr(prepare, "write_atomic", spy)
+    from evidence.spec.model import load_spec
+
+    rd, resumed = prepare.prepare_run_dir(load_spec(spec), spec, tmp_path / "runs", run_id="n", resume=None)
+    try:
+        assert seen and seen[0] == ("spec.yaml", True)
+        held = run_lock.held(rd.path)
+        assert held is not None and held.path == rd.path / run_lock.LOCK_NAME
+        assert json.loads(held.path.read_text())["pid"] == os.getpid()
+    finally:
+        run_lock.release(rd.path)
+    assert not (rd.path / run_lock.LOCK_NAME).exists()

@@ -121,6 +121,28 @@ def register(kind: str) -> Callable[[type], type]:
 # ------------------------------------------------------------------ helpers --
 
 
+def die_with_parent(sig: int = 15):
+    """A Popen `preexec_fn`: the child gets `sig` (SIGTERM) when the process that started it dies.
+
+    So a runner killed with -9 leaves no engine behind (Linux PR_SET_PDEATHSIG, which survives
+    exec). Where prctl is missing it does nothing (resume still finds and stops a leftover engine).
+    """
+    parent = os.getpid()
+
+    def preexec() -> None:
+        try:
+            import ctypes
+
+            libc = ctypes.CDLL(None, use_errno=True)
+            libc.prctl(1, sig, 0, 0, 0)  # PR_SET_PDEATHSIG
+        except (OSError, AttributeError):
+            return
+        if os.getppid() != parent:  # the parent died before prctl took effect
+            os.kill(os.getpid(), sig)
+
+    return preexec
+
+
 def free_port(host: str = "127.0.0.1") -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind((host, 0))

@@ -44,11 +44,21 @@ def proc_start(pid: int) -> int | None:
         return None
 
 
+def _state(pid: int) -> str | None:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return stat[stat.rfind(")") + 2:][:1]
+
+
 def same_process_alive(pid: int, start: int | None) -> bool:
     """Whether the process `pid` that started at `start` (proc_start) still runs on this host."""
     if pid <= 0:
         return False
     now = proc_start(pid)
+    if now is not None and _state(pid) in ("Z", "X"):
+        return False  # exited, not yet reaped (a container's init may never reap it)
     if now is None:
         try:
             os.kill(pid, 0)

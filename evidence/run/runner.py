@@ -22,7 +22,7 @@ from evidence.canon import read_json
 from evidence.run import lock as run_lock
 from evidence.run.prepare import find_resumable, prepare_run_dir
 from evidence.run.progress import point_rows
-from evidence.run.session import Hooks, RunError, record_provenance
+from evidence.run.session import Hooks, RunError, record_provenance, stop_orphaned_engines
 from evidence.run.signals import Interrupts
 from evidence.run.sweep import RunContext, run_trials
 from evidence.rundir import PROFILE_JSON, SUMMARY, RunDir
@@ -114,6 +114,7 @@ def run_experiment(
             for tid, dest in moved:
                 rd.event("partial_trial_set_aside", trial=tid, moved_to=dest)
             rd.event("resume", completed=sorted(done), remaining=[t.id for t in todo])
+            stop_orphaned_engines(rd, say)  # an engine a killed runner left: never two servers at once
             say(f"resuming {rd.path}: {len(done)} of {len(trials)} trials already complete"
                 + (f"; set aside partial trial(s) {', '.join(t for t, _ in moved)} in aborted/" if moved else ""))
 

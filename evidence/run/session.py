@@ -55,6 +55,7 @@ def start_engine(engine, rd: RunDir, spec: Spec, say, hooks: Hooks | None = None
     t = time.monotonic()
     try:
         engine.start(log)
+        record_engine_process(rd, engine)
         engine.wait_ready(spec.engine.readiness_timeout_s)
     except EngineError as e:
         rd.event("engine_failed", error=str(e)[-4000:])
@@ -67,6 +68,62 @@ def start_engine(engine, rd: RunDir, spec: Spec, say, hooks: Hooks | None = None
     rd.event("engine_ready", seconds=round(time.monotonic() - t, 3), base_url=engine.base_url,
              version=engine.version())
     say(f"engine ready after {time.monotonic() - t:.0f} s at {engine.base_url}")
+
+
+def record_engine_process(rd: RunDir, engine) -> None:
+    """Record the started engine's pid, process group, start time and host (for a later runner of
+    this folder to find it, should this runner die without stopping it)."""
+    import socket
+
+    from evidence.run.lock import proc_start
+
+    proc = getattr(engine, "proc", None)
+    if proc is None:
+        return  # nothing started here (an endpoint)
+    rd.event("engine_process", pid=proc.pid, pgid=getattr(engine, "pgid", None), proc_start=proc_start(proc.pid),
+             host=socket.gethostname())
+
+
+def stop_orphaned_engines(rd: RunDir, say) -> list[int]:
+    """Stop every engine an earlier runner of this folder started on this host and left running.
+
+    Called on resume, under the folder's lock (so no live runner owns them), before an engine
+    starts: a second server beside a leftover one would run out of accelerator memory or be
+    measured next to a live server. Returns the pids stopped.
+    """
+    import os
+    import signal
+    import socket
+
+    from evidence.run.lock import same_process_alive
+
+    host = socket.gethostname()
+    stopped = []
+    for e in rd.read_events():
+        if e.get("event") != "engine_process" or e.get("host") != host:
+            continue
+        pid, pgid = int(e.get("pid") or 0), e.get("pgid")
+        if not same_process_alive(pid, e.get("proc_start")):
+            continue
+        target = int(pgid) if pgid else None
+        try:
+            os.killpg(target, signal.SIGTERM) if target else os.kill(pid, signal.SIGTERM)
+        except ProcessLookupError:
+            continue
+        deadline = time.monotonic() + 15
+        while time.monotonic() < deadline and same_process_alive(pid, e.get("proc_start")):
+            time.sleep(0.1)
+        how = "SIGTERM"
+        if same_process_alive(pid, e.get("proc_start")):
+            try:
+                os.killpg(target, signal.SIGKILL) if target else os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            how = "SIGKILL after 15 s"
+        rd.event("orphan_engine_stopped", pid=pid, pgid=pgid, how=how)
+        say(f"stopped engine pid {pid} (process group {pgid}) left running by an earlier runner of {rd.path} ({how})")
+        stopped.append(pid)
+    return stopped
 
 
 def log_tail(rd: RunDir, n: int = 30) -> str:

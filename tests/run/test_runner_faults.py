@@ -122,3 +122,91 @@ def test_the_lock_is_taken_before_the_first_file_of_a_new_run(tmp_path, tiny_mod
     finally:
         run_lock.release(rd.path)
     assert not (rd.path / run_lock.LOCK_NAME).exists()
+
+
+def _standin_engine_spec(path: Path, tiny_model: Path, *, itl: float, prompts: int) -> Path:
+    """A spec whose engine the runner starts itself: the stand-in, named as `engine.launch.command`."""
+    path.write_text(f"""name: orphan
+title: the stand-in as the engine a runner starts
+engine:
+  kind: vllm
+  launch:
+    command: ["{sys.executable}", "-m", "evidence.tools.standin"]
+  args:
+    extra: ["--standin-itl", "{itl}", "--standin-ttft", "0.005"]
+  readiness_timeout_s: 60
+model:
+  id: standin
+  tokenizer: {tiny_model}
+code:
+  allow_dirty: true
+workload: {{input_len: 16, output_len: 8, seed: 1}}
+sweep:
+  points: [1]
+  prompts: {{per_concurrency: {prompts}}}
+  repeats: 2
+  warmup: {{requests: 0}}
+""", encoding="utf-8")
+    return path
+
+
+def _wait_event(rd: Path, kind: str, timeout: float = 120) -> dict:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if (rd / "events.jsonl").is_file():
+            for e in events(rd):
+                if e["event"] == kind:
+                    return e
+        time.sleep(0.2)
+    raise AssertionError(f"no {kind} event in {rd} after {timeout} s")
+
+
+def _alive(pid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat[stat.rfind(")") + 2] not in "ZX"
+
+
+def test_a_runner_killed_with_9_takes_its_engine_with_it_and_resume_stops_a_leftover_one(tmp_path, tiny_model):
+    spec = _standin_engine_spec(tmp_path / "o.yaml", tiny_model, itl=0.2, prompts=4)
+    rd = tmp_path / "runs" / "o"
+    runner = subprocess.Popen([sys.executable, "-m", "evidence.cli", "run", str(spec), "--runs-dir", str(rd.parent),
+                               "--run-id", "o", "--no-progress"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                              env=ENV, cwd=ROOT)
+    try:
+        proc = _wait_event(rd, "engine_process")
+        _wait_event(rd, "trial_start")
+        assert _alive(proc["pid"]) and proc["pgid"] == proc["pid"] and proc["proc_start"]
+    finally:
+        runner.send_signal(signal.SIGKILL)
+        runner.wait()
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and _alive(proc["pid"]):
+        time.sleep(0.1)
+    if _alive(proc["pid"]):
+        os.killpg(proc["pgid"], signal.SIGKILL)  # leave nothing behind, then fail
+        raise AssertionError("the engine outlived its runner")
+    # An engine an earlier runner left (e.g. where the parent-death signal is not available): resume
+    # finds it in the folder's record and stops it before starting another.
+    left = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"], start_new_session=True)
+    try:
+        from evidence.rundir import RunDir
+
+        RunDir(rd).event("engine_process", pid=left.pid, pgid=left.pid, proc_start=run_lock.proc_start(left.pid),
+                         host=socket.gethostname())
+        con, buf = _console()
+        out = run_experiment(spec, runs_dir=rd.parent, repo_root=ROOT, progress=False, run_id="o", console=con)
+        assert out.status == "complete", out
+        assert left.wait(timeout=5) == -signal.SIGTERM
+        (ev,) = [e for e in events(rd) if e["event"] == "orphan_engine_stopped"]
+        assert ev["pid"] == left.pid and "left running by an earlier runner" in buf.getvalue()
+        resume_at = [i for i, e in enumerate(events(rd)) if e["event"] == "resume"][-1]
+        stop_at = [i for i, e in enumerate(events(rd)) if e["event"] == "orphan_engine_stopped"][0]
+        start_at = [i for i, e in enumerate(events(rd)) if e["event"] == "engine_starting"][-1]
+        assert resume_at < stop_at < start_at
+    finally:
+        if left.poll() is None:
+            left.kill()
+            left.wait()

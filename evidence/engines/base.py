@@ -154,17 +154,28 @@ _OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
 def http_get(url: str, timeout: float = 3.0, headers: Mapping[str, str] | None = None) -> tuple[int, str]:
     """(status, body) of a GET; status 0 when nothing answered."""
+    status, body, _ = http_probe(url, timeout, headers)
+    return status, body
+
+
+def http_probe(url: str, timeout: float = 3.0, headers: Mapping[str, str] | None = None) -> tuple[int, str, str]:
+    """(status, body, why) of a GET; status 0 and why (e.g. "connection refused at URL") when nothing answered."""
     try:
         with _OPENER.open(urllib.request.Request(url, headers=dict(headers or {})), timeout=timeout) as r:
-            return r.status, r.read().decode("utf-8", "replace")
+            return r.status, r.read().decode("utf-8", "replace"), ""
     except urllib.error.HTTPError as e:
         try:
             body = e.read().decode("utf-8", "replace")
         except Exception:
             body = ""
-        return e.code, body
-    except (urllib.error.URLError, OSError, ValueError):
-        return 0, ""
+        return e.code, body, ""
+    except (urllib.error.URLError, OSError, ValueError) as e:
+        reason = getattr(e, "reason", e)
+        if isinstance(reason, ConnectionRefusedError):
+            return 0, "", f"connection refused at {url} (nothing listens there)"
+        if isinstance(reason, (TimeoutError, socket.timeout)):
+            return 0, "", f"no answer from {url} within {timeout:g} s"
+        return 0, "", f"{url} could not be reached: {reason}"
 
 
 
@@ -264,6 +275,14 @@ class HttpEngine:
         if spec is None:
             return None
         return os.environ.get(spec.engine.api_key_env_name()) or None
+
+    #: Called with a line for the user while a wait goes on (what the server answered); set by the runner.
+    notify: Callable[[str], None] | None = None
+
+    def _probe(self, path: str, timeout: float = 3.0) -> tuple[int, str, str]:
+        key = self.api_key
+        return http_probe(self.base_url.rstrip("/") + path, timeout,
+                          {"Authorization": f"Bearer {key}"} if key else None)
 
     def _get(self, path: str, timeout: float = 3.0) -> tuple[int, str]:
         key = self.api_key

@@ -53,6 +53,13 @@ def start_engine(engine, rd: RunDir, spec: Spec, say, hooks: Hooks | None = None
     rd.event("engine_starting", command=engine.command(), log=str(log.relative_to(rd.path)))
     say(f"starting engine ({spec.engine.kind}); log: {log}")
     t = time.monotonic()
+
+    def waiting(line: str) -> None:
+        say(line)
+        rd.event("engine_waiting", said=line)
+
+    if hasattr(engine, "notify"):
+        engine.notify = waiting
     try:
         engine.start(log)
         record_engine_process(rd, engine)

@@ -210,3 +210,87 @@ def test_a_runner_killed_with_9_takes_its_engine_with_it_and_resume_stops_a_left
         if left.poll() is None:
             left.kill()
             left.wait()
+
+
+class _HangingModels:
+    """A fault server (not an engine): /health answers, /v1/models never does (a stuck server)."""
+
+    def __init__(self) -> None:
+        import http.server
+        import threading
+
+        hits = self.models_hits = []
+
+        class H(http.server.BaseHTTPRequestHandler):
+            def do_GET(self) -> None:  # noqa: N802
+                if self.path == "/health":
+                    self.send_response(200)
+                    self.send_header("Content-Length", "0")
+                    self.end_headers()
+                elif self.path == "/v1/models":
+                    hits.append(time.monotonic())
+                    time.sleep(3600)
+                else:
+                    self.send_error(404)
+
+            def log_message(self, *a) -> None:
+                pass
+
+        self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), H)
+        self.httpd.daemon_threads = True
+        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
+
+    def close(self) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+def test_sigterm_while_prompts_wait_on_a_hung_model_list_stops_at_once(tmp_path, tiny_model):
+    srv = _HangingModels()
+    try:
+        spec = write_spec(tmp_path / "s.yaml", base_url=srv.url, served="standin", model_dir=tiny_model, points=(1,),
+                          repeats=1, warmup=0)  # request_timeout_s: the default (600 s)
+        rd = tmp_path / "runs" / "h"
+        p = subprocess.Popen([sys.executable, "-m", "evidence.cli", "run", str(spec), "--runs-dir", str(rd.parent),
+                              "--run-id", "h", "--no-progress"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                             text=True, env=ENV, cwd=ROOT)
+        try:
+            ready = _wait_event(rd, "engine_ready")
+            deadline = time.monotonic() + 60
+            # the prompt maker's own /v1/models call (after the engine was found ready)
+            while time.monotonic() < deadline and not [h for h in srv.models_hits
+                                                       if h > time.monotonic() - (time.time() - ready["t_unix"])]:
+                time.sleep(0.1)
+            time.sleep(0.5)
+            p.send_signal(signal.SIGTERM)
+            code = p.wait(timeout=60)  # far below the 600 s the request may wait
+        finally:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+        assert code == 130, p.stderr.read()[-2000:]
+        assert [e for e in events(rd) if e["event"] == "interrupted"]
+    finally:
+        srv.close()
+
+
+def test_an_endpoint_with_nothing_listening_is_named_at_once_and_again_while_waiting(tmp_path, tiny_model,
+                                                                                       monkeypatch):
+    from evidence.engines.endpoint import EndpointEngine
+
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    url = f"http://127.0.0.1:{port}"
+    spec = write_spec(tmp_path / "s.yaml", base_url=url, served="x", model_dir=tiny_model, warmup=0)
+    spec.write_text(spec.read_text().replace("readiness_timeout_s: 60", "readiness_timeout_s: 3"))
+    monkeypatch.setattr(EndpointEngine, "NOTIFY_EVERY_S", 1.0)
+    con, buf = _console()
+    with pytest.raises(RunError) as ei:
+        run_experiment(spec, runs_dir=tmp_path / "runs", repo_root=ROOT, progress=False, run_id="e", console=con)
+    said = f"connection refused at {url}/"
+    assert said in str(ei.value)
+    lines = [l for l in buf.getvalue().splitlines() if said in l]
+    assert len(lines) >= 2 and lines[0].startswith("waiting for the endpoint (0 s"), buf.getvalue()
+    assert [e for e in events(tmp_path / "runs" / "e") if e["event"] == "engine_waiting" and said in e["said"]]

@@ -14,6 +14,7 @@ profiling (the diagnostic run), progress (what the user sees).
 
 from __future__ import annotations
 
+import errno
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -60,7 +61,33 @@ def recorded_trials(rd: RunDir, planned: tuple[Trial, ...]) -> list[Trial]:
     return list(planned) + [Trial(**{k: v for k, v in d.items() if k in names}) for d in rec[len(planned):]]
 
 
-def run_experiment(
+#: A write that failed for these reasons is the environment's fault, said in one paragraph (never a traceback).
+_WRITE_ERRNOS = {errno.ENOSPC, errno.EROFS, errno.EACCES, errno.EPERM, errno.EDQUOT}
+
+
+def run_experiment(*args: Any, **kwargs: Any) -> RunOutcome:
+    """Run (or continue) the spec's sweep into a run directory (see _run_experiment).
+
+    A full disk, a read-only or forbidden runs folder ends the run with a RunError (exit 2) that says
+    what failed and what to do; every file is written under a temporary name and renamed into place,
+    so nothing recorded before is lost and the same command continues once the cause is fixed.
+    """
+    try:
+        return _run_experiment(*args, **kwargs)
+    except OSError as e:
+        if e.errno not in _WRITE_ERRNOS:
+            raise
+        what = {errno.ENOSPC: "the disk is full", errno.EDQUOT: "the disk quota is used up",
+                errno.EROFS: "the file system is read-only"}.get(e.errno, "permission denied")
+        raise RunError(
+            f"the run stopped: could not write {e.filename or 'a file of the run'} ({what}: "
+            f"{e.strerror or e}). Everything recorded before is intact: a trial is written under a temporary "
+            "name and appears only once complete, and the trial that was being written is set aside and run again "
+            "in full on resume. Free space or make the runs folder writable, then run the same command again to "
+            "continue.") from None
+
+
+def _run_experiment(
     spec_path: Path,
     *,
     runs_dir: Path,

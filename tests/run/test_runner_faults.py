@@ -294,3 +294,54 @@ def test_an_endpoint_with_nothing_listening_is_named_at_once_and_again_while_wai
     lines = [l for l in buf.getvalue().splitlines() if said in l]
     assert len(lines) >= 2 and lines[0].startswith("waiting for the endpoint (0 s"), buf.getvalue()
     assert [e for e in events(tmp_path / "runs" / "e") if e["event"] == "engine_waiting" and said in e["said"]]
+
+
+@pytest.mark.parametrize("err", ["ENOSPC", "EROFS", "EACCES"])
+def test_a_full_or_read_only_disk_stops_with_one_paragraph_loses_nothing_and_resume_works(tmp_path, tiny_model,
+                                                                                          monkeypatch, err):
+    """The fault is injected at the write (this machine's disk cannot be filled or made read-only on demand)."""
+    import errno
+
+    from evidence.run import sweep
+
+    real = sweep.write_records
+    calls = []
+
+    def failing(path, records):
+        calls.append(path)
+        if len(calls) == 2:  # the second trial's records
+            raise OSError(getattr(errno, err), os.strerror(getattr(errno, err)), str(path))
+        return real(path, records)
+
+    with StandinServer(model="standin") as url:
+        spec = _small_run(tmp_path, url, tiny_model, "d")
+        monkeypatch.setattr(sweep, "write_records", failing)
+        with pytest.raises(RunError) as ei:
+            run_experiment(spec, runs_dir=tmp_path / "runs", repo_root=ROOT, progress=False, run_id="d")
+        msg = str(ei.value)
+        assert "could not write" in msg and "requests.jsonl" in msg and "same command again" in msg
+        assert os.strerror(getattr(errno, err)) in msg and ei.value.code != 0
+        rd = tmp_path / "runs" / "d"
+        assert trial_ids(rd) == ["r1-c1"]
+        kept = {p.name: p.read_bytes() for p in (rd / "trials" / "r1-c1").iterdir()}
+        monkeypatch.setattr(sweep, "write_records", real)  # the cause is fixed
+        out = run_experiment(spec, runs_dir=tmp_path / "runs", repo_root=ROOT, progress=False, run_id="d")
+    assert out.status == "complete" and trial_ids(rd) == ["r1-c1", "r2-c1"]
+    assert {p.name: p.read_bytes() for p in (rd / "trials" / "r1-c1").iterdir()} == kept
+    assert (rd / "aborted" / "r2-c1").is_dir()  # the trial being written was set aside, not lost
+
+
+def test_a_read_only_runs_folder_is_one_paragraph(tmp_path, tiny_model, monkeypatch):
+    import errno
+
+    from evidence.run import prepare
+
+    def ro(*a, **k):
+        raise OSError(errno.EROFS, os.strerror(errno.EROFS), str(tmp_path / "runs"))
+
+    monkeypatch.setattr(prepare, "write_atomic", ro)
+    spec = write_spec(tmp_path / "s.yaml", base_url="http://127.0.0.1:9", served="x", model_dir=tiny_model)
+    with pytest.raises(RunError) as ei:
+        run_experiment(spec, runs_dir=tmp_path / "runs", repo_root=ROOT, progress=False, run_id="ro")
+    assert "read-only" in str(ei.value) and "Traceback" not in str(ei.value)
+    assert not (tmp_path / "runs" / "ro").exists()

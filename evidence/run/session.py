@@ -202,6 +202,72 @@ def trial_config(spec: Spec, base_url: str, prompts, *, max_concurrency: int | N
                                  max_concurrency=max_concurrency, seed=seed, phase=phase, stop=stop, **overrides)
 
 
+def _tree_sha256(folder: Path, skip_suffixes: tuple[str, ...] = ()) -> tuple[str, int]:
+    """One sha256 over a folder's files (relative path and content hash of each, sorted); links followed."""
+    import hashlib
+
+    from evidence.canon import sha256_file
+
+    h = hashlib.sha256()
+    n = 0
+    for f in sorted(folder.rglob("*")):
+        rel = f.relative_to(folder)
+        if "__pycache__" in rel.parts or f.suffix == ".pyc" or f.name.endswith(skip_suffixes) or not f.is_file():
+            continue
+        h.update(f"{rel.as_posix()}\0{sha256_file(f)}\n".encode("utf-8"))
+        n += 1
+    return h.hexdigest(), n
+
+
+def harness_sha256() -> str:
+    """The content hash of the harness package's files (code changed while its version did not)."""
+    import evidence
+
+    return _tree_sha256(Path(evidence.__file__).resolve().parent)[0]
+
+
+def input_hashes(spec: Spec, repo_root: Path) -> dict:
+    """What the prompts and the client depend on, hashed: the harness code and the local tokenizer
+    folder (weights skipped: they do not make prompts; provenance's model section hashes them)."""
+    from evidence.loadgen.vocab import hf_cached_dir
+    from evidence.run.provenance.packages import WEIGHT_SUFFIXES
+
+    out: dict = {"harness_sha256": harness_sha256(), "tokenizer": None}
+    m = spec.model
+    for p in (m.tokenizer, m.path):
+        q = Path(p).expanduser() if p else None
+        if q is not None and not q.is_absolute():
+            q = repo_root / q
+        if q is None or not q.is_dir():
+            q = hf_cached_dir(p, m.revision if p == m.id else None) if p else None
+        if q is not None and q.is_dir():
+            sha, n = _tree_sha256(q, WEIGHT_SUFFIXES)
+            out["tokenizer"] = {"path": str(q), "sha256": sha, "files": n}
+            break
+    return out
+
+
+def inputs_changed(rd: RunDir, now: dict) -> list[dict]:
+    """What changed since the run started, against its first provenance.json (nothing for runs without one)."""
+    from evidence.canon import read_json
+
+    try:
+        before = read_json(rd.provenance).get("inputs")
+    except (OSError, ValueError):
+        return []
+    if not isinstance(before, dict):
+        return []
+    out = []
+    if before.get("harness_sha256") != now.get("harness_sha256"):
+        out.append({"input": "harness code (content hash of the evidence package)",
+                    "recorded": before.get("harness_sha256"), "now": now.get("harness_sha256")})
+    tb, tn = before.get("tokenizer") or {}, now.get("tokenizer") or {}
+    if tb.get("sha256") != tn.get("sha256"):
+        out.append({"input": f"tokenizer/model folder {tn.get('path') or tb.get('path')} (hash of its files)",
+                    "recorded": tb.get("sha256"), "now": tn.get("sha256")})
+    return out
+
+
 def record_provenance(spec: Spec, spec_path: Path, rd: RunDir, engine, repo_root: Path, *,
                       code_commit: str | None, allow_drift: bool, reason: str) -> Path:
     """Collect provenance and check the pins; write provenance.json (numbered after the first).
@@ -213,9 +279,23 @@ def record_provenance(spec: Spec, spec_path: Path, rd: RunDir, engine, repo_root
     from evidence.run.provenance import collect as prov_mod
     from evidence.run.provenance.pins import refusal_message
 
+    inputs = input_hashes(spec, repo_root)
+    changed = inputs_changed(rd, inputs) if reason == "resume" else []
+    if changed and not allow_drift:
+        rd.event("refused_inputs_changed", changes=changed)
+        raise RunError(
+            f"refusing to resume {rd.path}: what its results depend on changed since it started: "
+            + "; ".join(f"{c['input']}: recorded {str(c['recorded'])[:12]}..., now {str(c['now'])[:12]}..."
+                        for c in changed)
+            + ". Trials made before and after would not be comparable. Restore what changed, start a new run "
+            "(another --run-id or --new), or resume with --allow-drift to record the change as provenance and a "
+            "caveat.")
     prov = prov_mod.collect_provenance(spec, repo_root=repo_root, engine=engine,
                                        engine_python=getattr(engine, "python", None), code_commit=code_commit)
     prov["spec_sha256"] = sha256_file(spec_path)
+    prov["inputs"] = inputs
+    if changed:
+        prov["inputs_changed"] = changed
     pins = prov_mod.check_pins(spec, prov)
     prov["pins"] = pins
     bad = [p for p in pins if not p["ok"]]
@@ -229,4 +309,6 @@ def record_provenance(spec: Spec, spec_path: Path, rd: RunDir, engine, repo_root
         raise RunError(refusal_message(spec, prov, bad, prov_path))
     if bad:
         rd.event("drift_allowed", mismatches=bad)
+    if changed:
+        rd.event("inputs_drift_allowed", changes=changed)
     return prov_path

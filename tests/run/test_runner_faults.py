@@ -345,3 +345,43 @@ def test_a_read_only_runs_folder_is_one_paragraph(tmp_path, tiny_model, monkeypa
         run_experiment(spec, runs_dir=tmp_path / "runs", repo_root=ROOT, progress=False, run_id="ro")
     assert "read-only" in str(ei.value) and "Traceback" not in str(ei.value)
     assert not (tmp_path / "runs" / "ro").exists()
+
+
+def _stop_after_first(tid):
+    raise KeyboardInterrupt
+
+
+def test_resume_refuses_when_the_tokenizer_or_the_harness_code_changed_and_records_an_allowed_drift(
+        tmp_path, tiny_model, monkeypatch):
+    import shutil
+
+    from evidence.canon import read_json
+    from evidence.run import session
+
+    tok = tmp_path / "tok"
+    shutil.copytree(tiny_model, tok)
+    with StandinServer(model="standin") as url:
+        spec = _small_run(tmp_path, url, tok, "t")
+        run_experiment(spec, runs_dir=tmp_path / "runs", repo_root=ROOT, progress=False, run_id="t",
+                       hooks={"after_trial": _stop_after_first})
+        rd = tmp_path / "runs" / "t"
+        first = read_json(rd / "provenance.json")["inputs"]
+        assert first["tokenizer"]["path"] == str(tok) and len(first["harness_sha256"]) == 64
+        # the tokenizer folder changes (the prompts would come from another vocabulary)
+        cfg = tok / "tokenizer_config.json"
+        cfg.write_text(cfg.read_text() + "\n")
+        with pytest.raises(RunError) as ei:
+            run_experiment(spec, runs_dir=tmp_path / "runs", repo_root=ROOT, progress=False, run_id="t")
+        assert "tokenizer/model folder" in str(ei.value) and "--allow-drift" in str(ei.value)
+        assert trial_ids(rd) == ["r1-c1"] and not (rd / "provenance-2.json").exists()
+        # the harness code changes too (its version did not)
+        monkeypatch.setattr(session, "harness_sha256", lambda: "0" * 64)
+        with pytest.raises(RunError) as ei:
+            run_experiment(spec, runs_dir=tmp_path / "runs", repo_root=ROOT, progress=False, run_id="t")
+        assert "harness code" in str(ei.value) and "tokenizer/model folder" in str(ei.value)
+        out = run_experiment(spec, runs_dir=tmp_path / "runs", repo_root=ROOT, progress=False, run_id="t",
+                             allow_drift=True)
+    assert out.status == "complete" and trial_ids(rd) == ["r1-c1", "r2-c1"]
+    later = read_json(rd / "provenance-2.json")
+    assert {c["input"].split(" ")[0] for c in later["inputs_changed"]} == {"harness", "tokenizer/model"}
+    assert [e for e in events(rd) if e["event"] == "inputs_drift_allowed"]

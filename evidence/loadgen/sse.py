@@ -16,7 +16,8 @@ Timing (notes/metrics.md):
   other message (the first choice chunk of each request, the one with a finish
   reason, usage, [DONE], errors, comments, anything unusual) is parsed in full.
 - `ok` only when status is 200, the stream carried at least one choice chunk,
-  finished with usage or [DONE], and nothing went wrong (no error event, no
+  finished with usage or [DONE], its usage counts (when given) are non-negative
+  integers (a bool, a float or a negative count fails the request), and nothing went wrong (no error event, no
   malformed message, no dropped connection, no timeout). Failures keep their
   status and error text (first line: a stable kind, for counting).
 
@@ -144,16 +145,26 @@ class SSEStream:
         if rec.chunk_s:
             rec.first_chunk_s = rec.chunk_s[0]
         u = self.usage
+        bad_usage = None
         if u is not None:
-            pt, ct = u.get("prompt_tokens"), u.get("completion_tokens")
-            rec.prompt_tokens = pt if isinstance(pt, int) else None
-            rec.completion_tokens = ct if isinstance(ct, int) else None
+            for key in ("prompt_tokens", "completion_tokens"):
+                v = u.get(key)
+                if v is None:
+                    continue
+                # bool is an int in Python; a negative or non-integer count is no count at all
+                if type(v) is int and v >= 0:
+                    setattr(rec, key, v)
+                elif bad_usage is None:
+                    bad_usage = (f"invalid usage count: {key} = {json.dumps(v)[:100]} (a count must be a non-negative "
+                                 "integer)")
         rec.finish_reason = self.finish
         if failed:
             rec.ok = False
             return
         if self.error is not None:
             rec.error = self.error
+        elif bad_usage is not None:
+            rec.error = bad_usage  # a failed request with the reason, never averaged
         elif not rec.chunk_s:
             rec.error = "no choice chunk in the stream"
         elif self.usage is None and self.done_t is None:

@@ -200,7 +200,8 @@ def _run_experiment(
                             engine.stop()
                     except Exception:  # stopping must never hide the real outcome
                         pass
-        outcome.points = point_rows(rd, trials)
+            with intr.closing():  # the outcome is recorded: a late signal must not cut the summary
+                outcome.points = point_rows(rd, trials)
         return outcome
     finally:
         run_lock.release(rd.path)  # the folder's one writer is done

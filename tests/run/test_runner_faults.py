@@ -385,3 +385,70 @@ def test_resume_refuses_when_the_tokenizer_or_the_harness_code_changed_and_recor
     later = read_json(rd / "provenance-2.json")
     assert {c["input"].split(" ")[0] for c in later["inputs_changed"]} == {"harness", "tokenizer/model"}
     assert [e for e in events(rd) if e["event"] == "inputs_drift_allowed"]
+
+
+_SIGNAL_AT = """
+import os, signal, sys
+from evidence.run import runner, prepare
+sig = getattr(signal, sys.argv[2])
+where = sys.argv[1]
+if where == "after":  # right after the run completed: its summary is being made
+    real = runner.point_rows
+    def point_rows(*a, **k):
+        os.kill(os.getpid(), sig)
+        return real(*a, **k)
+    runner.point_rows = point_rows
+else:  # before anything ran: the run folder is being opened
+    real = runner.prepare_run_dir
+    def prepare_run_dir(*a, **k):
+        os.kill(os.getpid(), sig)
+        return real(*a, **k)
+    runner.prepare_run_dir = prepare_run_dir
+from evidence.cli.main import main
+sys.argv = ["evidence", "run", *sys.argv[3:]]
+main()
+"""
+
+
+@pytest.mark.parametrize("where,sig,code", [("after", "SIGTERM", 0), ("after", "SIGUSR2", 0),
+                                            ("before", "SIGTERM", 130), ("before", "SIGUSR2", 130)])
+def test_a_signal_from_the_first_instruction_to_the_last_is_a_clean_stop(tmp_path, tiny_model, where, sig, code):
+    with StandinServer(model="standin") as url:
+        spec = write_spec(tmp_path / "s.yaml", base_url=url, served="standin", model_dir=tiny_model, points=(1,),
+                          repeats=1, warmup=0)
+        p = subprocess.run([sys.executable, "-c", _SIGNAL_AT, where, sig, str(spec), "--runs-dir",
+                            str(tmp_path / "runs"), "--run-id", "g", "--no-progress"],
+                           capture_output=True, text=True, env=ENV, cwd=ROOT, timeout=300)
+    assert p.returncode == code, (p.returncode, p.stderr[-2000:])
+    assert "Traceback" not in p.stderr
+    rd = tmp_path / "runs" / "g"
+    if where == "after":
+        assert "complete" in p.stdout and trial_ids(rd) == ["r1-c1"]
+    else:  # stopped before the run folder was opened: nothing of it exists
+        assert not rd.exists()
+    assert not (rd / run_lock.LOCK_NAME).exists()
+
+
+def test_sigusr2_in_a_trial_stops_cleanly_and_the_same_command_resumes(tmp_path, tiny_model):
+    """Slurm's time-limit warning (submitit's --signal USR2@90) mid-trial: what a requeued job sees."""
+    with StandinServer(model="standin", itl_s=0.05) as url:
+        spec = write_spec(tmp_path / "s.yaml", base_url=url, served="standin", model_dir=tiny_model, points=(1,),
+                          repeats=2, per=4, warmup=0, output_len=16)
+        rd = tmp_path / "runs" / "u"
+        cmd = [sys.executable, "-m", "evidence.cli", "run", str(spec), "--runs-dir", str(rd.parent), "--run-id", "u",
+               "--no-progress"]
+        p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=ENV, cwd=ROOT)
+        try:
+            _wait_event(rd, "trial_start")
+            p.send_signal(signal.SIGUSR2)
+            assert p.wait(timeout=120) == 130, p.stderr.read()[-2000:]
+        finally:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+        (ev,) = [e for e in events(rd) if e["event"] == "interrupted"]
+        assert ev["reason"] == "SIGUSR2 received"
+        assert [e for e in events(rd) if e["event"] == "trial_interrupted"]
+        again = subprocess.run(cmd, capture_output=True, text=True, env=ENV, cwd=ROOT, timeout=300)
+    assert again.returncode == 0, again.stderr[-2000:]
+    assert trial_ids(rd) == ["r1-c1", "r2-c1"] and (rd / "aborted" / "r1-c1").is_dir()

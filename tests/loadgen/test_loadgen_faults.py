@@ -75,3 +75,95 @@ def test_one_long_sse_line_is_parsed_in_time_linear_in_its_bytes():
     small = min(_one_long_line_cpu(2 << 20) for _ in range(3))
     big = min(_one_long_line_cpu(8 << 20) for _ in range(3))
     assert big < 9 * max(small, 1e-3), (small, big)
+
+
+class _DropServer:
+    """A fault server (not an engine; the stand-in cannot do this): streaming completions over
+    keep-alive HTTP/1.1, except that the requests whose arrival number is in `drop` are read in full
+    and then the connection is closed without a byte of answer (the server saw them and dropped them)."""
+
+    def __init__(self, drop: set[int]):
+        import asyncio
+        import threading
+
+        self.drop, self.seen = drop, 0
+        self.loop = asyncio.new_event_loop()
+        ready = threading.Event()
+
+        async def start():
+            self.server = await asyncio.start_server(self._handle, "127.0.0.1", 0)
+            self.url = f"http://127.0.0.1:{self.server.sockets[0].getsockname()[1]}"
+            ready.set()
+
+        threading.Thread(target=lambda: (self.loop.run_until_complete(start()), self.loop.run_forever()),
+                         daemon=True).start()
+        ready.wait(10)
+
+    async def _handle(self, reader, writer):
+        import asyncio
+        import re
+
+        while True:
+            try:
+                head = await reader.readuntil(b"\r\n\r\n")
+                await reader.readexactly(int(re.search(rb"(?i)content-length: *(\d+)", head).group(1)))
+            except (asyncio.IncompleteReadError, ConnectionError, AttributeError):
+                break
+            self.seen += 1
+            if self.seen in self.drop:
+                break
+            msgs = [b'data: {"choices":[{"index":0,"text":" a","finish_reason":null}]}\n\n',
+                    b'data: {"choices":[{"index":0,"text":" b","finish_reason":"length"}]}\n\n',
+                    b'data: {"choices":[],"usage":{"prompt_tokens":16,"completion_tokens":2}}\n\n',
+                    b"data: [DONE]\n\n"]
+            body = b"".join(b"%x\r\n%s\r\n" % (len(m), m) for m in msgs) + b"0\r\n\r\n"
+            writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
+                         + body)
+            await writer.drain()
+        writer.close()
+
+    def close(self):
+        self.loop.call_soon_threadsafe(self.loop.stop)
+
+
+@pytest.mark.parametrize("stack", ["h1", "aiohttp"])
+def test_a_request_the_server_saw_and_dropped_is_a_failure_never_a_silent_retry(stack):
+    from evidence.loadgen.prompts import make_token_prompts
+    from evidence.loadgen.trial import TrialConfig, run_trial
+
+    srv = _DropServer(drop={2, 4})
+    try:
+        res = run_trial(TrialConfig(base_url=srv.url, model="m", prompts=make_token_prompts(6, 16, 2, seed=7,
+                                                                                              vocab_size=32000),
+                                    http_stack=stack, request_timeout_s=10.0, max_concurrency=1, telemetry=False))
+    finally:
+        srv.close()
+    assert srv.seen == 6  # one request per prompt reached the server: none sent twice
+    failed = [r for r in res.records if not r.ok]
+    assert [r.i for r in failed] == [1, 3]
+    assert all(r.error.startswith("connection dropped") or "closed" in r.error for r in failed), failed
+    assert all(r.attempts is None for r in res.records)
+    assert trial_metrics(res.records, (50,))["failed"] == 2
+
+
+@pytest.mark.parametrize("stack", ["h1", "aiohttp"])
+def test_a_connect_failure_is_tried_once_more_and_kept_as_an_attempt(stack):
+    import socket
+
+    from evidence.loadgen.prompts import make_token_prompts
+    from evidence.loadgen.trial import TrialConfig, run_trial
+    from evidence.records import RequestRecord as R
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    res = run_trial(TrialConfig(base_url=f"http://127.0.0.1:{port}", model="m",
+                                prompts=make_token_prompts(2, 16, 2, seed=7, vocab_size=32000), http_stack=stack,
+                                request_timeout_s=5.0, max_concurrency=1, telemetry=False))
+    for r in res.records:
+        assert not r.ok and r.error.startswith("connect failed")
+        (a,) = r.attempts
+        assert a["error"].startswith("connect failed") and a["send_s"] <= r.send_s
+        assert R.from_dict(r.as_dict()).attempts == r.attempts  # kept in the written record
+    plain = R(i=0, phase="measure", prompt_len=1, max_tokens=1, intended_s=0, slot_wait_s=0, send_s=0)
+    assert "attempts" not in plain.as_dict()  # one attempt: the record's bytes are as before

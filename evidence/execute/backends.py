@@ -124,4 +124,4 @@ def slurm_state(job_id: str) -> dict:
     except (OSError, subprocess.TimeoutExpired):
         return {}
     fields = dict(tok.split("=", 1) for tok in out.split() if "=" in tok)
-    return {k: fields[k] for k in ("JobState", "Reason", "NodeList", "ExitCode") if k in fields}
+    return {k: fields[k] for k in ("JobState", "Reason", "NodeList", "ExitCode", "Restarts") if k in fields}

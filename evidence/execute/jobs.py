@@ -22,7 +22,8 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from evidence.canon import dumps, read_json, write_atomic
-from evidence.execute.backends import ExecuteError, Settings, make_executor, run_job, slurm_state
+from evidence.execute.backends import (ExecuteError, Settings, folder_visibility_note, make_executor, run_job,
+                                       slurm_state)
 from evidence.rundir import EXECUTION_JSON, RunDir
 from evidence.spec.load import SpecError
 from evidence.spec.model import load_spec, spec_sha256
@@ -95,6 +96,9 @@ def execute(mode: str, slots: Sequence[Slot], parent: Path, settings: Settings, 
     if not todo:
         _save(parent, doc)
         return doc
+    visibility = folder_visibility_note(parent) if settings.kind == "slurm" else None
+    if visibility:
+        say(f"warning: {visibility}")  # named before submitting, and kept with each outcome that is LOST
     ex = make_executor(settings, parent / ".submitit")
     cwd = str(Path(repo_root).resolve())
     args = [[str(s.spec.resolve()), str(parent.resolve()), s.name, cwd, list(run_args)] for s in todo]
@@ -110,6 +114,8 @@ def execute(mode: str, slots: Sequence[Slot], parent: Path, settings: Settings, 
         att = doc["slots"][s.name]["attempts"][-1]
         att.update(_outcome(j, settings))
         att["run_status"] = _run_status(parent / s.name)
+        if visibility and att["run_status"] is None and att["state"] not in ("COMPLETED",):
+            att["error"] = f"{att.get('error') or 'no result'}; likely cause: {visibility}"
         _save(parent, doc)
         say(f"{s.name}: {att['state']}" + (f" (run {att['run_status']})" if att.get("run_status") else ""))
     return doc

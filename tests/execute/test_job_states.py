@@ -77,3 +77,32 @@ def test_a_time_limit_is_timeout_not_lost(monkeypatch):
     monkeypatch.setattr(jobs, "slurm_state", lambda job_id: {"JobState": "TIMEOUT", "Restarts": "0"})
     out = jobs._outcome(FakeJob("10", result=_result(130), done=lambda: True), _settings())
     assert out["state"] == "TIMEOUT" and out["exit_code"] == 130 and "requeues" not in out
+
+
+def test_a_runs_folder_the_nodes_cannot_see_is_named_before_submitting(monkeypatch, tmp_path):
+    from pathlib import Path
+
+    from evidence.execute import backends
+
+    spec = tmp_path / "s.yaml"
+    spec.write_text(Path(__file__).resolve().parents[2].joinpath("specs", "standin-demo.yaml").read_text())
+    monkeypatch.setattr(backends, "node_hosts", lambda: ["gpu-node-7"])  # the nodes are other machines
+    fs, _ = backends._fs_type(tmp_path)
+    if fs not in backends.LOCAL_FS:
+        pytest.skip(f"{tmp_path} is on {fs}, not a local file system")
+    said = []
+
+    class Submitted(Exception):
+        pass
+
+    def no_submit(*a, **k):
+        raise Submitted
+
+    monkeypatch.setattr(jobs, "make_executor", no_submit)
+    with pytest.raises(Submitted):
+        jobs.execute("replicate", jobs.host_slots(spec, 2), tmp_path / "runs" / "p", _settings(), repo_root=tmp_path,
+                     say=said.append)
+    (warn,) = [s for s in said if s.startswith("warning:")]
+    assert f"{fs} file system" in warn and "gpu-node-7" in warn and "shared file system" in warn
+    monkeypatch.setattr(backends, "node_hosts", lambda: [__import__("socket").gethostname()])
+    assert backends.folder_visibility_note(tmp_path) is None  # nodes on this very host see its disk

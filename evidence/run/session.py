@@ -310,5 +310,11 @@ def record_provenance(spec: Spec, spec_path: Path, rd: RunDir, engine, repo_root
     if bad:
         rd.event("drift_allowed", mismatches=bad)
     if changed:
+        from evidence.canon import read_json
+
         rd.event("inputs_drift_allowed", changes=changed)
+        # kept in run.json too, where the analysis reads it for a caveat
+        info = read_json(rd.run_json)
+        rd.set_status(info.get("status", "running"), inputs_changed=list(info.get("inputs_changed") or []) + [
+            {"provenance": str(prov_path.relative_to(rd.path)), "changes": changed}])
     return prov_path

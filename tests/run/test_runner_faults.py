@@ -385,6 +385,13 @@ def test_resume_refuses_when_the_tokenizer_or_the_harness_code_changed_and_recor
     later = read_json(rd / "provenance-2.json")
     assert {c["input"].split(" ")[0] for c in later["inputs_changed"]} == {"harness", "tokenizer/model"}
     assert [e for e in events(rd) if e["event"] == "inputs_drift_allowed"]
+    # and a caveat of the analysis
+    from evidence.analysis.analyze import compute_analysis
+    from evidence.analysis.load import load_run
+
+    res = compute_analysis(load_run(rd))
+    (cav,) = [c for c in res["caveats"] if c.startswith("Resumed after what the results depend on changed")]
+    assert "harness code" in cav and "tokenizer/model folder" in cav
 
 
 _SIGNAL_AT = """

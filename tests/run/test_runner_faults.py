@@ -459,3 +459,42 @@ def test_sigusr2_in_a_trial_stops_cleanly_and_the_same_command_resumes(tmp_path,
         again = subprocess.run(cmd, capture_output=True, text=True, env=ENV, cwd=ROOT, timeout=300)
     assert again.returncode == 0, again.stderr[-2000:]
     assert trial_ids(rd) == ["r1-c1", "r2-c1"] and (rd / "aborted" / "r1-c1").is_dir()
+
+
+def test_a_runner_killed_in_every_phase_loses_nothing_and_leaves_no_engine(tmp_path, tiny_model):
+    """kill -9 as each phase begins (folder made, engine starting, engine ready, warm-up, a trial, a trial
+    done), then the same command again: every planned trial exactly once and whole, no engine left."""
+    spec = _standin_engine_spec(tmp_path / "p.yaml", tiny_model, itl=0.02, prompts=3)
+    spec.write_text(spec.read_text().replace("warmup: {requests: 0}", "warmup: {requests: 2}"))
+    rd = tmp_path / "runs" / "p"
+    cmd = [sys.executable, "-m", "evidence.cli", "run", str(spec), "--runs-dir", str(rd.parent), "--run-id", "p",
+           "--no-progress"]
+    engines = []
+    for k, phase in enumerate(("run_created", "engine_starting", "engine_ready", "warmup_start", "trial_start",
+                               "trial_complete")):
+        seen = len([e for e in events(rd) if e["event"] == phase]) if rd.is_dir() else 0
+        p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=ENV, cwd=ROOT)
+        try:
+            deadline = time.monotonic() + 120
+            while time.monotonic() < deadline and p.poll() is None:
+                if rd.is_dir() and (rd / "events.jsonl").is_file() and \
+                        len([e for e in events(rd) if e["event"] == phase]) > seen:
+                    break
+                time.sleep(0.02)
+        finally:
+            p.send_signal(signal.SIGKILL)
+            p.wait()
+        engines += [e for e in events(rd) if e["event"] == "engine_process" and e not in engines]
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and any(_alive(e["pid"]) for e in engines):
+        time.sleep(0.1)
+    assert not [e["pid"] for e in engines if _alive(e["pid"])], "an engine outlived its runner"
+    done = subprocess.run(cmd, capture_output=True, text=True, env=ENV, cwd=ROOT, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert trial_ids(rd) == ["r1-c1", "r2-c1"]
+    for tid in trial_ids(rd):
+        recs = (rd / "trials" / tid / "requests.jsonl").read_text().splitlines()
+        assert len(recs) == 3 and all(json.loads(r)["ok"] for r in recs)
+    assert len([e for e in events(rd) if e["event"] == "trial_complete"]) == 2  # none ran twice
+    assert len([e for e in events(rd) if e["event"] == "stale_lock_taken_over"]) >= 5
+    assert not (rd / run_lock.LOCK_NAME).exists()

@@ -488,7 +488,10 @@ def test_a_runner_killed_in_every_phase_loses_nothing_and_leaves_no_engine(tmp_p
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline and any(_alive(e["pid"]) for e in engines):
         time.sleep(0.1)
-    assert not [e["pid"] for e in engines if _alive(e["pid"])], "an engine outlived its runner"
+    left = [e["pid"] for e in engines if _alive(e["pid"])]
+    for pid in left:
+        os.killpg(pid, signal.SIGKILL)  # leave nothing behind, then fail
+    assert not left, "an engine outlived its runner"
     done = subprocess.run(cmd, capture_output=True, text=True, env=ENV, cwd=ROOT, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     assert trial_ids(rd) == ["r1-c1", "r2-c1"]

@@ -171,6 +171,16 @@ def held(folder: Path) -> RunLock | None:
     return _HELD.get(_key(folder))
 
 
+def held_folders() -> set[str]:
+    return set(_HELD)
+
+
+def release_all_but(keep: set[str]) -> None:
+    """Release every lock this process took since `held_folders()` returned `keep`."""
+    for k in [k for k in _HELD if k not in keep]:
+        _HELD.pop(k).release()
+
+
 def release(folder: Path) -> None:
     lock = _HELD.pop(_key(folder), None)
     if lock is not None:

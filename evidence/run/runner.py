@@ -72,6 +72,7 @@ def run_experiment(*args: Any, **kwargs: Any) -> RunOutcome:
     what failed and what to do; every file is written under a temporary name and renamed into place,
     so nothing recorded before is lost and the same command continues once the cause is fixed.
     """
+    held = run_lock.held_folders()
     try:
         return _run_experiment(*args, **kwargs)
     except OSError as e:
@@ -85,6 +86,8 @@ def run_experiment(*args: Any, **kwargs: Any) -> RunOutcome:
             "name and appears only once complete, and the trial that was being written is set aside and run again "
             "in full on resume. Free space or make the runs folder writable, then run the same command again to "
             "continue.") from None
+    finally:
+        run_lock.release_all_but(held)  # the run folder's one writer is done (however it ended)
 
 
 def _run_experiment(
@@ -123,88 +126,85 @@ def _run_experiment(
 
         check_request(spec, max_repeats)
     rd, resumed = prepare_run_dir(spec, spec_path, Path(runs_dir), run_id=run_id, resume=resume, say=say)
-    try:
-        trials = recorded_trials(rd, plan.trials)
-        done = set(rd.completed_trials())
-        todo = [t for t in trials if t.id not in done]
-        want_profile = profile and spec.profile.enabled and spec.engine.kind == "vllm"
-        decided = (not until_decided) or _decision_recorded(rd)
-        if not todo and (not want_profile or _profile_done(rd)) and decided:
-            # Nothing left to run: record nothing new (no provenance, no events), just say so.
-            if read_json(rd.run_json).get("status") != "complete":
-                rd.set_status("complete")
-            return RunOutcome(rd.path, "complete", trials_done=sorted(done), trials_failed=_failed_trials(rd),
-                              resumed=resumed, message="all trials were already complete",
-                              points=point_rows(rd, trials))
-        if resumed:
-            moved = rd.set_aside_partial()
-            for tid, dest in moved:
-                rd.event("partial_trial_set_aside", trial=tid, moved_to=dest)
-            rd.event("resume", completed=sorted(done), remaining=[t.id for t in todo])
-            stop_orphaned_engines(rd, say)  # an engine a killed runner left: never two servers at once
-            say(f"resuming {rd.path}: {len(done)} of {len(trials)} trials already complete"
-                + (f"; set aside partial trial(s) {', '.join(t for t, _ in moved)} in aborted/" if moved else ""))
+    trials = recorded_trials(rd, plan.trials)
+    done = set(rd.completed_trials())
+    todo = [t for t in trials if t.id not in done]
+    want_profile = profile and spec.profile.enabled and spec.engine.kind == "vllm"
+    decided = (not until_decided) or _decision_recorded(rd)
+    if not todo and (not want_profile or _profile_done(rd)) and decided:
+        # Nothing left to run: record nothing new (no provenance, no events), just say so.
+        if read_json(rd.run_json).get("status") != "complete":
+            rd.set_status("complete")
+        return RunOutcome(rd.path, "complete", trials_done=sorted(done), trials_failed=_failed_trials(rd),
+                          resumed=resumed, message="all trials were already complete",
+                          points=point_rows(rd, trials))
+    if resumed:
+        moved = rd.set_aside_partial()
+        for tid, dest in moved:
+            rd.event("partial_trial_set_aside", trial=tid, moved_to=dest)
+        rd.event("resume", completed=sorted(done), remaining=[t.id for t in todo])
+        stop_orphaned_engines(rd, say)  # an engine a killed runner left: never two servers at once
+        say(f"resuming {rd.path}: {len(done)} of {len(trials)} trials already complete"
+            + (f"; set aside partial trial(s) {', '.join(t for t, _ in moved)} in aborted/" if moved else ""))
 
-        outcome = RunOutcome(rd.path, "incomplete", trials_done=sorted(done), resumed=resumed)
-        engine = None
-        with Interrupts() as intr:
-            try:
-                engine = _make_engine(engine_mod, spec, repo_root)
-                # Provenance and pins, before anything runs (a refusal raises RunError).
-                record_provenance(spec, spec_path, rd, engine, repo_root, code_commit=code_commit,
-                                  allow_drift=allow_drift, reason="run start" if not resumed else "resume")
-                ctx = RunContext(spec=spec, spec_path=spec_path, rd=rd, engine=engine, repo_root=repo_root, intr=intr,
-                                 say=say, hooks=hooks, interleave=interleave, http_stack=http_stack,
-                                 code_commit=code_commit, allow_drift=allow_drift)
-                if todo:
-                    run_trials(ctx, len(trials), todo, progress=progress)
-                if until_decided:
-                    from evidence.run.decide import run_until_decided
+    outcome = RunOutcome(rd.path, "incomplete", trials_done=sorted(done), resumed=resumed)
+    engine = None
+    with Interrupts() as intr:
+        try:
+            engine = _make_engine(engine_mod, spec, repo_root)
+            # Provenance and pins, before anything runs (a refusal raises RunError).
+            record_provenance(spec, spec_path, rd, engine, repo_root, code_commit=code_commit,
+                              allow_drift=allow_drift, reason="run start" if not resumed else "resume")
+            ctx = RunContext(spec=spec, spec_path=spec_path, rd=rd, engine=engine, repo_root=repo_root, intr=intr,
+                             say=say, hooks=hooks, interleave=interleave, http_stack=http_stack,
+                             code_commit=code_commit, allow_drift=allow_drift)
+            if todo:
+                run_trials(ctx, len(trials), todo, progress=progress)
+            if until_decided:
+                from evidence.run.decide import run_until_decided
 
-                    trials = run_until_decided(ctx, trials, plan_repeats=spec.sweep.repeats, max_repeats=max_repeats,
-                                               look=until_decided, progress=progress)
-                if want_profile and not _profile_done(rd):
-                    from evidence.run.profiling import run_profile
+                trials = run_until_decided(ctx, trials, plan_repeats=spec.sweep.repeats, max_repeats=max_repeats,
+                                           look=until_decided, progress=progress)
+            if want_profile and not _profile_done(rd):
+                from evidence.run.profiling import run_profile
 
-                    # The measuring server must be gone (and its accelerator memory freed) before the
-                    # profiling server starts: two servers at 0.5 memory utilization do not fit one GPU.
-                    engine.stop()
-                    ctx.session = None
-                    rd.event("engine_stopped", reason="sweep done; profiling starts its own server")
-                    run_profile(spec, rd, repo_root=repo_root, say=say, intr=intr)
-                intr.check()
-                with intr.closing():
-                    missing = [t.id for t in trials if t.id not in set(rd.completed_trials())]
-                    outcome.trials_done = rd.completed_trials()
-                    outcome.trials_failed = _failed_trials(rd)
-                    outcome.status = "complete" if not missing else "incomplete"
-                    rd.set_status(outcome.status)
-                    rd.event("run_" + outcome.status, missing=missing, trials_with_failures=outcome.trials_failed)
-            except RunError:
-                with intr.closing():
-                    if read_json(rd.run_json).get("status") != "refused":
-                        rd.set_status("incomplete")
-                raise
-            except KeyboardInterrupt:
-                with intr.closing():
-                    outcome.status = "interrupted"
-                    outcome.trials_done = rd.completed_trials()
-                    rd.event("interrupted", completed=outcome.trials_done, reason=intr.flag.reason or "KeyboardInterrupt")
+                # The measuring server must be gone (and its accelerator memory freed) before the
+                # profiling server starts: two servers at 0.5 memory utilization do not fit one GPU.
+                engine.stop()
+                ctx.session = None
+                rd.event("engine_stopped", reason="sweep done; profiling starts its own server")
+                run_profile(spec, rd, repo_root=repo_root, say=say, intr=intr)
+            intr.check()
+            with intr.closing():
+                missing = [t.id for t in trials if t.id not in set(rd.completed_trials())]
+                outcome.trials_done = rd.completed_trials()
+                outcome.trials_failed = _failed_trials(rd)
+                outcome.status = "complete" if not missing else "incomplete"
+                rd.set_status(outcome.status)
+                rd.event("run_" + outcome.status, missing=missing, trials_with_failures=outcome.trials_failed)
+        except RunError:
+            with intr.closing():
+                if read_json(rd.run_json).get("status") != "refused":
                     rd.set_status("incomplete")
-                    outcome.message = (f"interrupted; {len(outcome.trials_done)} of {len(trials)} trials are recorded "
-                                       "(a trial cut off is kept under aborted/). Run the same command again to continue.")
-            finally:
-                with intr.closing():
-                    try:
-                        if engine is not None:
-                            engine.stop()
-                    except Exception:  # stopping must never hide the real outcome
-                        pass
-            with intr.closing():  # the outcome is recorded: a late signal must not cut the summary
-                outcome.points = point_rows(rd, trials)
-        return outcome
-    finally:
-        run_lock.release(rd.path)  # the folder's one writer is done
+            raise
+        except KeyboardInterrupt:
+            with intr.closing():
+                outcome.status = "interrupted"
+                outcome.trials_done = rd.completed_trials()
+                rd.event("interrupted", completed=outcome.trials_done, reason=intr.flag.reason or "KeyboardInterrupt")
+                rd.set_status("incomplete")
+                outcome.message = (f"interrupted; {len(outcome.trials_done)} of {len(trials)} trials are recorded "
+                                   "(a trial cut off is kept under aborted/). Run the same command again to continue.")
+        finally:
+            with intr.closing():
+                try:
+                    if engine is not None:
+                        engine.stop()
+                except Exception:  # stopping must never hide the real outcome
+                    pass
+        with intr.closing():  # the outcome is recorded: a late signal must not cut the summary
+            outcome.points = point_rows(rd, trials)
+    return outcome
 
 
 def _make_engine(engine_mod, spec, repo_root: Path):

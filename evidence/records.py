@@ -35,9 +35,15 @@ class RequestRecord:
     status: int | None = None  # HTTP status
     error: str | None = None  # error text; None when the request succeeded
     ok: bool = False
+    # attempts before the one recorded above, each {"send_s", "error"}: only a connect failure on a
+    # new connection (nothing could have reached the server) is tried again; None: one attempt
+    attempts: list[dict[str, Any]] | None = None
 
     def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        d = asdict(self)
+        if d["attempts"] is None:
+            del d["attempts"]  # a request tried once is written as before (same bytes)
+        return d
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "RequestRecord":

@@ -121,6 +121,14 @@ def caveat_entries(data: RunData, res: dict) -> list[dict]:
         add("pins_drift", "Pins that did not hold (run with drift allowed): " + "; ".join(
             f"{p.get('pin')}: requested {p.get('requested')!r}, effective {p.get('effective')!r}" for p in bad) + ".",
             f"{len(bad)} pin(s) did not hold (drift allowed): {_names([str(p.get('pin')) for p in bad])}.")
+    inputs = [c for r in ((data.run_info or {}).get("inputs_changed") or []) if isinstance(r, dict)
+              for c in (r.get("changes") or []) if isinstance(c, dict)]
+    if inputs:  # resumed with --allow-drift after the harness code or the tokenizer changed
+        add("pins_drift", "Resumed after what the results depend on changed (drift allowed): " + "; ".join(
+            f"{c.get('input')}: {str(c.get('recorded'))[:12]}... -> {str(c.get('now'))[:12]}..." for c in inputs)
+            + ". Trials before and after the change may not be comparable.",
+            f"Resumed after {len(inputs)} input(s) changed (drift allowed): "
+            f"{_names([str(c.get('input')).split(' (')[0] for c in inputs])}.")
     # Resolved VALUES are compared, not their records: a restart that quotes a longer log line as the
     # source of the same value changed nothing.
     val = lambda v: v.get("value") if isinstance(v, dict) and "value" in v else v  # noqa: E731

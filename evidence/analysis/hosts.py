@@ -41,7 +41,31 @@ def _pairs(tp: dict[int, dict[int, float]], a: int, b: int) -> tuple[list[float]
     return [tp[a][r] for r in common], [tp[b][r] for r in common]
 
 
-def compare_hosts(run_dirs: Sequence[Path], names: Sequence[str] | None = None) -> dict:
+def lost_hosts(execution: dict, parent: Path) -> list[dict]:
+    """Every slot of a replication whose run is not complete, with what the scheduler and the runner said
+    (execution.json's last attempt): a lost host is named, never silently left out of the count."""
+    from evidence.canon import read_json
+
+    out = []
+    for name, slot in sorted((execution.get("slots") or {}).items()):
+        rj = Path(parent) / name / "run.json"
+        try:
+            status = read_json(rj).get("status") if rj.is_file() else None
+        except (OSError, ValueError):
+            status = "unreadable"
+        if status == "complete":
+            continue
+        last = (slot.get("attempts") or [{}])[-1]
+        out.append({"host": name, "state": last.get("state", "not run"), "run_status": status,
+                    "attempts": len(slot.get("attempts") or []),
+                    "error": (str(last.get("error")).strip().splitlines() or [None])[-1] if last.get("error") else None})
+    return out
+
+
+def compare_hosts(run_dirs: Sequence[Path], names: Sequence[str] | None = None,
+                  lost: Sequence[dict] = ()) -> dict:
+    """Across hosts; `lost` (lost_hosts): the hosts the replication asked for whose run is not complete,
+    named in the result (lost_hosts) and in every statement they are missing from."""
     if len(run_dirs) < 2:
         raise NotARunDir("a comparison across hosts needs at least two host runs.")
     runs = [load_run(Path(p)) for p in run_dirs]
@@ -72,9 +96,13 @@ def compare_hosts(run_dirs: Sequence[Path], names: Sequence[str] | None = None) 
         effects = [h["comparisons"][i]["effect"] for h in ok if h["comparisons"][i]["effect"] is not None]
         same = sum(1 for e in effects if res.effect is not None and e != 0 and (e > 0) == (res.effect > 0))
         findings = sum(1 for h in ok if h["comparisons"][i]["verdict"] == "finding")
+        # lost hosts that gave nothing to this comparison: counted in its denominator, and named
+        gone = [h for h in lost if h["host"] not in {x["host"] for x in ok}]
+        lost_s = (f" ({len(gone)} of {len(ok) + len(gone)} hosts lost: "
+                  + ", ".join(f"{h['host']} {h['state']}" for h in gone) + ")") if gone else ""
         across.append({**res.as_dict(), "hosts": len(ok), "hosts_same_direction": same,
                        "hosts_with_finding": findings,
-                       "statement": (f"C{a} vs C{b}: same direction on {same} of {len(ok)} hosts, a finding on "
+                       "statement": (f"C{a} vs C{b}: same direction on {same} of {len(ok)} hosts{lost_s}, a finding on "
                                      f"{findings}; across hosts (the host as the unit): {res.verdict}")})
     variance = []
     points = sorted({p for tp in tps for p in tp})
@@ -94,12 +122,20 @@ def compare_hosts(run_dirs: Sequence[Path], names: Sequence[str] | None = None) 
                          "within_host_cv": (math.sqrt(w) / grand) if w is not None and grand else None,
                          "between_host_cv": (math.sqrt(b) / grand) if b is not None and grand else None,
                          "method": "one-way random effects, method of moments (between floored at 0)"})
-    return {"schema": "evidence.hosts/1", "spec": spec.name, "metric": METRIC, "hosts": hosts,
-            "across_hosts": across, "variance": variance}
+    out = {"schema": "evidence.hosts/1", "spec": spec.name, "metric": METRIC, "hosts": hosts,
+           "across_hosts": across, "variance": variance}
+    if lost:
+        out["lost_hosts"] = list(lost)
+    return out
 
 
 def summary_lines(res: dict) -> list[str]:
-    lines = [f"{len(res['hosts'])} hosts of spec {res['spec']}"]
+    lost = res.get("lost_hosts") or []
+    lines = [f"{len(res['hosts'])} hosts of spec {res['spec']}"
+             + (f" ({len(lost)} more lost: {', '.join(h['host'] for h in lost)})" if lost else "")]
+    for h in lost:
+        lines.append(f"  LOST {h['host']}: {h['state']}, run {h['run_status'] or 'never created'} after "
+                     f"{h['attempts']} attempt(s)" + (f": {h['error']}" if h.get("error") else ""))
     for h in res["hosts"]:
         means = ", ".join(f"C{p} {v:,.1f}" for p, v in h["means"].items())
         lines.append(f"  {h['host']} ({h.get('hostname') or '?'}, {h.get('status') or '?'}): {means} tok/s")

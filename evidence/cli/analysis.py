@@ -188,6 +188,8 @@ def register(app: typer.Typer) -> None:
         b: Path = typer.Argument(None, help="Second run directory or release folder (leave out for a replication "
                                  "folder: `evidence run --hosts N` writes one)."),
         as_json: bool = typer.Option(False, "--json", help="Print the comparison as JSON."),
+        allow_partial: bool = typer.Option(False, "--allow-partial", help="A replication with lost hosts (a run "
+                                           "not complete) still exits 0; they are named either way."),
     ) -> None:
         """Compare two runs of the same experiment (e.g. canonical vs clean-room), or the hosts of a replication.
 
@@ -209,16 +211,23 @@ def register(app: typer.Typer) -> None:
             if not (a / EXECUTION_JSON).is_file():
                 _fail(NotARunDir(f"{a} is not a replication folder (no {EXECUTION_JSON}); give two runs to compare, "
                                  "or the parent folder `evidence run --hosts N` wrote."))
+            from evidence.analysis.hosts import lost_hosts
+            from evidence.canon import read_json
+
             hosts = sorted(p for p in a.iterdir() if p.is_dir() and (p / PLAN_JSON).is_file())
+            lost = lost_hosts(read_json(a / EXECUTION_JSON), a)
             try:
-                res = compare_hosts(hosts)
+                res = compare_hosts(hosts, lost=lost)
             except NotARunDir as e:
-                _fail(e)
+                _fail(NotARunDir(f"{e} Lost: " + "; ".join(f"{h['host']} ({h['state']})" for h in lost))
+                      if lost else e)
             if as_json:
                 sys.stdout.write(dumps(res))
             else:
                 for line in host_lines(res):
                     out.print(line, markup=False)
+            if lost and not allow_partial:
+                raise typer.Exit(1)  # a lost host is data: the partial answer is printed, and the exit says so
             return
         try:
             with _status(f"comparing {a} and {b}"):

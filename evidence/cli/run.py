@@ -67,6 +67,9 @@ def register(app: typer.Typer) -> None:
         Exit codes: 0 complete, 1 complete with failed requests or incomplete, 2 could not run,
         130 interrupted.
         """
+        from evidence.run.signals import install_early
+
+        install_early()  # SIGTERM/SIGUSR2 stop cleanly (exit 130) from here to the exit, never by default action
         from evidence.cli.common import err, fail, load_spec_or_exit, out
         from evidence.run.progress import next_command, results_table
         from evidence.run.runner import RunError, run_experiment

@@ -150,6 +150,28 @@ def adapter_class(kind: str) -> Any:
 # ------------------------------------------------------------------ helpers --
 
 
+def die_with_parent(sig: int = 15):
+    """A Popen `preexec_fn`: the child gets `sig` (SIGTERM) when the process that started it dies.
+
+    So a runner killed with -9 leaves no engine behind (Linux PR_SET_PDEATHSIG, which survives
+    exec). Where prctl is missing it does nothing (resume still finds and stops a leftover engine).
+    """
+    parent = os.getpid()
+
+    def preexec() -> None:
+        try:
+            import ctypes
+
+            libc = ctypes.CDLL(None, use_errno=True)
+            libc.prctl(1, sig, 0, 0, 0)  # PR_SET_PDEATHSIG
+        except (OSError, AttributeError):
+            return
+        if os.getppid() != parent:  # the parent died before prctl took effect
+            os.kill(os.getpid(), sig)
+
+    return preexec
+
+
 def free_port(host: str = "127.0.0.1") -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind((host, 0))
@@ -161,17 +183,28 @@ _OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
 def http_get(url: str, timeout: float = 3.0, headers: Mapping[str, str] | None = None) -> tuple[int, str]:
     """(status, body) of a GET; status 0 when nothing answered."""
+    status, body, _ = http_probe(url, timeout, headers)
+    return status, body
+
+
+def http_probe(url: str, timeout: float = 3.0, headers: Mapping[str, str] | None = None) -> tuple[int, str, str]:
+    """(status, body, why) of a GET; status 0 and why (e.g. "connection refused at URL") when nothing answered."""
     try:
         with _OPENER.open(urllib.request.Request(url, headers=dict(headers or {})), timeout=timeout) as r:
-            return r.status, r.read().decode("utf-8", "replace")
+            return r.status, r.read().decode("utf-8", "replace"), ""
     except urllib.error.HTTPError as e:
         try:
             body = e.read().decode("utf-8", "replace")
         except Exception:
             body = ""
-        return e.code, body
-    except (urllib.error.URLError, OSError, ValueError):
-        return 0, ""
+        return e.code, body, ""
+    except (urllib.error.URLError, OSError, ValueError) as e:
+        reason = getattr(e, "reason", e)
+        if isinstance(reason, ConnectionRefusedError):
+            return 0, "", f"connection refused at {url} (nothing listens there)"
+        if isinstance(reason, (TimeoutError, socket.timeout)):
+            return 0, "", f"no answer from {url} within {timeout:g} s"
+        return 0, "", f"{url} could not be reached: {reason}"
 
 
 
@@ -271,6 +304,14 @@ class HttpEngine:
         if spec is None:
             return None
         return os.environ.get(spec.engine.api_key_env_name()) or None
+
+    #: Called with a line for the user while a wait goes on (what the server answered); set by the runner.
+    notify: Callable[[str], None] | None = None
+
+    def _probe(self, path: str, timeout: float = 3.0) -> tuple[int, str, str]:
+        key = self.api_key
+        return http_probe(self.base_url.rstrip("/") + path, timeout,
+                          {"Authorization": f"Bearer {key}"} if key else None)
 
     def _get(self, path: str, timeout: float = 3.0) -> tuple[int, str]:
         key = self.api_key

@@ -25,6 +25,7 @@ class EndpointEngine(HttpEngine):
     engine_python = False  # its Python is not ours to inspect
     # read as vLLM's /metrics, as its resolved settings are; a server without them has telemetry absent, with why
     telemetry_series = TELEMETRY_SERIES
+    NOTIFY_EVERY_S = 30.0
 
     def __init__(self, spec: Spec, base_url: str | None = None):
         url = base_url or spec.engine.base_url
@@ -75,15 +76,22 @@ class EndpointEngine(HttpEngine):
         timeout = self.spec.engine.readiness_timeout_s if timeout is None else timeout
         t0 = time.monotonic()
         last = 0
+        why, told, told_at = "", "", 0.0
         while True:
             for path in ("/health", "/v1/models"):
-                status, _ = self._get(path, 2.0)
+                status, _, why_now = self._probe(path, 2.0)
                 last = status or last
                 if status == 200:
                     self.ready_after_s = round(time.monotonic() - t0, 3)
                     return self.ready_after_s
+                why = why_now or f"{self.base_url}{path} answered HTTP {status}"
+            now = time.monotonic()
+            # said at once, then again every NOTIFY_EVERY_S while it lasts (a wait must not be silent)
+            if self.notify is not None and (why != told or now - told_at >= self.NOTIFY_EVERY_S):
+                self.notify(f"waiting for the endpoint ({now - t0:.0f} s of {timeout:g} s): {why}")
+                told, told_at = why, now
             if time.monotonic() - t0 > timeout:
-                said = f"it last answered HTTP {last}" if last else "nothing answered"
+                said = f"it last answered HTTP {last}" if last else f"nothing answered: {why}"
                 raise EngineError(f"the endpoint {self.base_url} was not ready after {timeout:g} s "
                                   f"(polled /health and /v1/models; {said})")
             time.sleep(poll_s)

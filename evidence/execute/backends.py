@@ -124,4 +124,57 @@ def slurm_state(job_id: str) -> dict:
     except (OSError, subprocess.TimeoutExpired):
         return {}
     fields = dict(tok.split("=", 1) for tok in out.split() if "=" in tok)
-    return {k: fields[k] for k in ("JobState", "Reason", "NodeList", "ExitCode") if k in fields}
+    return {k: fields[k] for k in ("JobState", "Reason", "NodeList", "ExitCode", "Restarts") if k in fields}
+
+
+#: File system types that only the machine they are mounted on can see (as the compute nodes would need).
+LOCAL_FS = {"ext2", "ext3", "ext4", "xfs", "btrfs", "tmpfs", "overlay", "f2fs", "vfat", "ramfs"}
+
+
+def _fs_type(path: Path) -> tuple[str, str]:
+    """(type, mount point) of the file system holding `path`, from /proc/mounts (Linux)."""
+    best = ("", "")
+    try:
+        lines = Path("/proc/mounts").read_text().splitlines()
+    except OSError:
+        return best
+    p = str(Path(path).resolve())
+    for line in lines:
+        parts = line.split()
+        if len(parts) >= 3:
+            mnt = parts[1].replace("\\040", " ")
+            if (p == mnt or p.startswith(mnt.rstrip("/") + "/")) and len(mnt) >= len(best[1]):
+                best = (parts[2], mnt)
+    return best
+
+
+def node_hosts() -> list[str]:
+    """The host names of the cluster's nodes (scontrol's NodeHostname), or [] when Slurm does not say."""
+    try:
+        out = subprocess.run(["scontrol", "show", "node", "-o"], capture_output=True, text=True, timeout=30).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return []
+    hosts = []
+    for line in out.splitlines():
+        f = dict(tok.split("=", 1) for tok in line.split() if "=" in tok)
+        if f.get("NodeHostname"):
+            hosts.append(f["NodeHostname"])
+    return sorted(set(hosts))
+
+
+def folder_visibility_note(folder: Path) -> str | None:
+    """Why the compute nodes may not see `folder` (said before submitting), or None.
+
+    Every job writes its run folder there; a folder on this machine's own disk is invisible to other
+    nodes, and each job would end without a result (LOST) on every rerun. Only a warning: the login
+    node may itself export the disk to the nodes under the same path.
+    """
+    others = [h for h in node_hosts() if h.split(".")[0] != socket.gethostname().split(".")[0]]
+    fs, mnt = _fs_type(folder)
+    if not others or fs not in LOCAL_FS:
+        return None
+    return (f"{folder} is on a {fs} file system (mounted at {mnt}) of this machine, and the jobs run on "
+            f"{', '.join(others[:5])}{' ...' if len(others) > 5 else ''}: unless the nodes mount it under the same "
+            "path, they cannot write the run folders and every job ends LOST. Put --runs-dir on a shared file "
+            "system (NFS, Lustre, GPFS, ...).")
+

@@ -22,7 +22,8 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from evidence.canon import dumps, read_json, write_atomic
-from evidence.execute.backends import ExecuteError, Settings, make_executor, run_job, slurm_state
+from evidence.execute.backends import (ExecuteError, Settings, folder_visibility_note, make_executor, run_job,
+                                       slurm_state)
 from evidence.rundir import EXECUTION_JSON, RunDir
 from evidence.spec.errors import SpecError
 from evidence.spec.model import load_spec, spec_sha256
@@ -95,6 +96,9 @@ def execute(mode: str, slots: Sequence[Slot], parent: Path, settings: Settings, 
     if not todo:
         _save(parent, doc)
         return doc
+    visibility = folder_visibility_note(parent) if settings.kind == "slurm" else None
+    if visibility:
+        say(f"warning: {visibility}")  # named before submitting, and kept with each outcome that is LOST
     ex = make_executor(settings, parent / ".submitit")
     cwd = str(Path(repo_root).resolve())
     args = [[str(s.spec.resolve()), str(parent.resolve()), s.name, cwd, list(run_args)] for s in todo]
@@ -110,14 +114,66 @@ def execute(mode: str, slots: Sequence[Slot], parent: Path, settings: Settings, 
         att = doc["slots"][s.name]["attempts"][-1]
         att.update(_outcome(j, settings))
         att["run_status"] = _run_status(parent / s.name)
+        if visibility and att["run_status"] is None and att["state"] not in ("COMPLETED",):
+            att["error"] = f"{att.get('error') or 'no result'}; likely cause: {visibility}"
         _save(parent, doc)
         say(f"{s.name}: {att['state']}" + (f" (run {att['run_status']})" if att.get("run_status") else ""))
     return doc
 
 
+#: Scheduler states of a job that is not over (a preempted job Slurm requeued is PENDING again).
+SCHEDULER_ALIVE = {"PENDING", "RUNNING", "CONFIGURING", "COMPLETING", "REQUEUED", "REQUEUE_FED", "REQUEUE_HOLD",
+                   "RESIZING", "SUSPENDED", "STAGE_OUT", "SIGNALING", "PREEMPTED_REQUEUED"}
+#: How long a job may be unknown to the scheduler without a result before it is recorded as vanished.
+VANISHED_S = 180.0
+#: How long a result may take to appear on the shared file system after the scheduler says the job ended.
+RESULT_GRACE_S = 60.0
+POLL_S = 5.0
+
+
+def _wait_slurm(job: Any) -> tuple[dict, str | None]:
+    """Wait for a Slurm job's real end: (its last scheduler state, why there is no result, or None).
+
+    submitit's own wait never ends for a job that died without its result file on a cluster without
+    accounting, and it returns the first attempt's result while a preempted job Slurm requeued runs
+    again; so the scheduler is asked until the job is over, with a bound where it no longer knows it.
+    """
+    unknown_since = ended_since = None
+    last: dict = {}
+    while True:
+        st = slurm_state(str(job.job_id))
+        now = time.monotonic()
+        state = st.get("JobState")
+        if st:
+            last = st
+            unknown_since = None
+        if state in SCHEDULER_ALIVE:
+            ended_since = None
+        elif st:  # over, by the scheduler's word: its result, if any, is there or comes soon
+            if job.done():
+                return last, None
+            ended_since = ended_since or now
+            if now - ended_since > RESULT_GRACE_S:
+                return last, (f"the scheduler says job {job.job_id} ended ({state}) but it left no result within "
+                              f"{RESULT_GRACE_S:g} s")
+        else:  # the scheduler does not know it (never accounted, or forgotten after MinJobAge)
+            if job.done():
+                return last, None
+            unknown_since = unknown_since or now
+            if now - unknown_since > VANISHED_S:
+                return last, (f"job {job.job_id} vanished: the scheduler no longer knows it and it left no result "
+                              f"after {VANISHED_S:g} s (a node that died, or a run folder the node cannot write)")
+        time.sleep(POLL_S)
+
+
 def _outcome(job: Any, settings: Settings) -> dict:
     """The job's outcome as data, whatever happened to it."""
+    last: dict = {}
     try:
+        if settings.kind == "slurm":
+            last, missing = _wait_slurm(job)
+            if missing is not None:
+                raise RuntimeError(missing)
         res = job.result()
         state = "COMPLETED" if res["exit_code"] == 0 else ("INTERRUPTED" if res["exit_code"] == 130 else
                                                            "RUN_FAILED" if res["exit_code"] == 2 else "INCOMPLETE")
@@ -127,7 +183,10 @@ def _outcome(job: Any, settings: Settings) -> dict:
         out = {"state": "LOST", "exit_code": None, "node": None, "run": None,
                "error": " ".join(str(e).split())[:2000]}
     if settings.kind == "slurm":
-        st = slurm_state(str(job.job_id))
+        st = slurm_state(str(job.job_id)) or last
+        restarts = int(st.get("Restarts") or 0) if str(st.get("Restarts") or "0").isdigit() else 0
+        if restarts:
+            out["requeues"] = restarts  # preempted (or requeued) and run again: this is the last attempt's outcome
         if st:
             out["slurm"] = st
             # The scheduler's word wins where it ended the job (the runner may still have exited

@@ -48,7 +48,7 @@ class AiohttpClient:
         sse = SSEStream(rec)
         try:
             async with asyncio.timeout(self.timeout_s):
-                async with self.session.post(self.url, data=body, headers=self.headers) as resp:
+                async with await self._post(rec, body) as resp:
                     rec.status = resp.status
                     if resp.status != 200:
                         text = await resp.content.read(4096)
@@ -73,6 +73,16 @@ class AiohttpClient:
             return rec
         sse.finish_record(failed=False)
         return rec
+
+    async def _post(self, rec: RequestRecord, body: bytes) -> aiohttp.ClientResponse:
+        """The POST; tried once more only when the connection could not be made (nothing was sent).
+        aiohttp itself never retries a POST; a request the server saw and dropped is a failure."""
+        try:
+            return await self.session.post(self.url, data=body, headers=self.headers)
+        except aiohttp.ClientConnectorError as exc:
+            rec.attempts = [{"send_s": rec.send_s, "error": classify_exc(exc, self.timeout_s)}]
+            rec.send_s = time.perf_counter() - self.t0
+            return await self.session.post(self.url, data=body, headers=self.headers)
 
     async def close(self) -> None:
         pass

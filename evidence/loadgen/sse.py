@@ -16,7 +16,8 @@ Timing (notes/metrics.md):
   other message (the first choice chunk of each request, the one with a finish
   reason, usage, [DONE], errors, comments, anything unusual) is parsed in full.
 - `ok` only when status is 200, the stream carried at least one choice chunk,
-  finished with usage or [DONE], and nothing went wrong (no error event, no
+  finished with usage or [DONE], its usage counts (when given) are non-negative
+  integers (a bool, a float or a negative count fails the request), and nothing went wrong (no error event, no
   malformed message, no dropped connection, no timeout). Failures keep their
   status and error text (first line: a stable kind, for counting).
 
@@ -60,34 +61,46 @@ class SSEStream:
     stacks, so the SSE semantics cannot differ between them.
     """
 
-    __slots__ = ("rec", "chunks", "buf", "crlf", "usage", "done_t", "error", "finish")
+    __slots__ = ("rec", "chunks", "buf", "crlf", "cr", "usage", "done_t", "error", "finish")
 
     def __init__(self, rec: RequestRecord) -> None:
         self.rec = rec
         self.chunks = rec.chunk_s
-        self.buf = b""
+        self.buf = bytearray()  # an unfinished message; grown in place, so one long line costs linear time
         self.crlf = False
+        self.cr = False  # with CRLF framing: a "\r" that ended the last read (its "\n" may come next)
         self.usage: dict | None = None
         self.done_t: float | None = None
         self.error: str | None = None
         self.finish: str | None = None
 
     def feed(self, data: bytes, t: float) -> None:
-        if self.buf:
-            data = self.buf + data
         if not self.crlf and b"\r" in data:
             self.crlf = True
         if self.crlf:
+            if self.cr:
+                data = b"\r" + data
+                self.cr = False
+            if data[-1:] == b"\r":
+                data, self.cr = data[:-1], True
             data = data.replace(b"\r\n", b"\n")
+        buf = self.buf
+        if buf:
+            # Every read is scanned once: while no blank line ends the message it only grows the
+            # buffer (never joined and rescanned per read, which made one 40 MB line quadratic).
+            if b"\n\n" not in data and not (buf[-1] == 10 and data[:1] == b"\n"):
+                buf += data
+                return
+            data = bytes(buf) + data
+            self.buf = bytearray()
         chunks = self.chunks
         # The common case: the read is exactly one mid-stream choice chunk.
         if (chunks and data[-2:] == b"\n\n" and data[:7] == b"data: {" and data[-3:-2] == b"}"
                 and data.find(b"\n") == len(data) - 2 and NULL_FINISH in data):
             chunks.append(t)
-            self.buf = b""
             return
         parts = data.split(b"\n\n")
-        self.buf = parts.pop()
+        self.buf = bytearray(parts.pop())
         for msg in parts:
             if (chunks and NULL_FINISH in msg and msg[:7] == b"data: {" and msg[-1:] == b"}"
                     and b"\n" not in msg):
@@ -97,10 +110,13 @@ class SSEStream:
 
     def end(self, t: float) -> float:
         """End of body at time t; returns end_s ([DONE]'s arrival, else t)."""
+        if self.cr:
+            self.buf += b"\r"
+            self.cr = False
         if self.buf.strip():
             # A last message without its blank line: take it if it parses.
-            self._slow(self.buf.rstrip(b"\n"), t)
-            self.buf = b""
+            self._slow(bytes(self.buf).rstrip(b"\n"), t)
+            self.buf = bytearray()
         return self.done_t if self.done_t is not None else t
 
     def _slow(self, msg: bytes, t: float) -> None:
@@ -144,16 +160,26 @@ class SSEStream:
         if rec.chunk_s:
             rec.first_chunk_s = rec.chunk_s[0]
         u = self.usage
+        bad_usage = None
         if u is not None:
-            pt, ct = u.get("prompt_tokens"), u.get("completion_tokens")
-            rec.prompt_tokens = pt if isinstance(pt, int) else None
-            rec.completion_tokens = ct if isinstance(ct, int) else None
+            for key in ("prompt_tokens", "completion_tokens"):
+                v = u.get(key)
+                if v is None:
+                    continue
+                # bool is an int in Python; a negative or non-integer count is no count at all
+                if type(v) is int and v >= 0:
+                    setattr(rec, key, v)
+                elif bad_usage is None:
+                    bad_usage = (f"invalid usage count: {key} = {json.dumps(v)[:100]} (a count must be a non-negative "
+                                 "integer)")
         rec.finish_reason = self.finish
         if failed:
             rec.ok = False
             return
         if self.error is not None:
             rec.error = self.error
+        elif bad_usage is not None:
+            rec.error = bad_usage  # a failed request with the reason, never averaged
         elif not rec.chunk_s:
             rec.error = "no choice chunk in the stream"
         elif self.usage is None and self.done_t is None:

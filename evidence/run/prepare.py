@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from evidence.canon import dumps, read_json, sha256_file, write_atomic, write_json
+from evidence.run import lock as run_lock
 from evidence.run.session import RunError
 from evidence.rundir import RAW_FILES, RUN_JSON, SPEC_YAML, RunDir, is_run_dir
 from evidence.spec.model import Spec, spec_to_json
@@ -47,7 +48,8 @@ def tool_info() -> dict:
 
 def _creation_file(name: str) -> bool:
     """A file the creation of a run directory writes (or its write_atomic temporary)."""
-    return name in RAW_FILES or any(fnmatch.fnmatch(name, f".{n}.*.tmp") for n in RAW_FILES)
+    return (name in RAW_FILES or name == run_lock.LOCK_NAME
+            or any(fnmatch.fnmatch(name, f".{n}.*.tmp") for n in RAW_FILES))
 
 
 def stillborn(path: Path) -> bool:
@@ -140,6 +142,13 @@ def check_same_plan(rd: RunDir, planned: list[dict]) -> None:
         raise RunError(f"the plan recorded in {rd.plan_json} differs from the plan this spec gives now; refusing to resume.")
 
 
+def _lock(folder: Path) -> run_lock.RunLock:
+    try:
+        return run_lock.acquire(folder)
+    except run_lock.LockHeld as e:
+        raise RunError(str(e)) from None
+
+
 def prepare_run_dir(spec: Spec, spec_path: Path, runs_dir: Path, *, run_id: str | None, resume: Path | None,
                     say: Say = lambda *a, **k: None) -> tuple[RunDir, bool]:
     """Create a new run directory, or open the one to resume; never overwrite."""
@@ -167,13 +176,22 @@ def prepare_run_dir(spec: Spec, spec_path: Path, runs_dir: Path, *, run_id: str 
         target = find_resumable(runs_dir, spec_sha)
     if target is not None:
         rd = RunDir(target)
-        info = read_json(rd.run_json)
-        if info.get("spec_sha256") != spec_sha:
-            raise RunError(
-                f"{target} was run from a different spec (sha256 {str(info.get('spec_sha256'))[:12]}..., this one is "
-                f"{spec_sha[:12]}...). A run is never continued with a changed spec: start a new run (another --run-id) "
-                "or restore the original spec.")
-        check_same_plan(rd, plan.as_dict()["trials"])
+        lock = _lock(target)  # before anything is written (or a leftover trial moved aside)
+        try:
+            info = read_json(rd.run_json)
+            if info.get("spec_sha256") != spec_sha:
+                raise RunError(
+                    f"{target} was run from a different spec (sha256 {str(info.get('spec_sha256'))[:12]}..., this one is "
+                    f"{spec_sha[:12]}...). A run is never continued with a changed spec: start a new run (another --run-id) "
+                    "or restore the original spec.")
+            check_same_plan(rd, plan.as_dict()["trials"])
+        except BaseException:
+            run_lock.release(target)
+            raise
+        if lock.taken_over:
+            note = run_lock.stale_note(lock.taken_over)
+            rd.event("stale_lock_taken_over", previous=lock.taken_over)
+            say(f"{target}: {note}")
         return rd, True
     rid = run_id or f"{spec.name}-{utc_stamp()}"
     final = runs_dir / rid
@@ -185,22 +203,28 @@ def prepare_run_dir(spec: Spec, spec_path: Path, runs_dir: Path, *, run_id: str 
     if staging.exists():
         shutil.rmtree(staging)
     staging.mkdir(parents=True)
-    st = RunDir(staging)
-    write_atomic(st.spec_yaml, spec_bytes)
-    write_atomic(st.spec_resolved, spec_to_json(spec))
-    write_json(st.plan_json, plan.as_dict())
-    write_json(st.run_json, {
-        "run_id": rid,
-        "spec_name": spec.name,
-        "spec_file": str(spec_path),
-        "spec_sha256": spec_sha,
-        "created_unix": round(time.time(), 3),
-        "status": "running",
-        "tool": tool_info(),
-    })
-    if final.exists():
-        final.rmdir()  # empty (checked above): a rename onto it would fail on some systems
-    os.rename(staging, final)
+    _lock(staging)  # the creation folder's lock travels with it when it is renamed into place
+    try:
+        st = RunDir(staging)
+        write_atomic(st.spec_yaml, spec_bytes)
+        write_atomic(st.spec_resolved, spec_to_json(spec))
+        write_json(st.plan_json, plan.as_dict())
+        write_json(st.run_json, {
+            "run_id": rid,
+            "spec_name": spec.name,
+            "spec_file": str(spec_path),
+            "spec_sha256": spec_sha,
+            "created_unix": round(time.time(), 3),
+            "status": "running",
+            "tool": tool_info(),
+        })
+        if final.exists():
+            final.rmdir()  # empty (checked above): a rename onto it would fail on some systems
+        os.rename(staging, final)
+        run_lock.rekey(staging, final)
+    except BaseException:
+        run_lock.release(staging)
+        raise
     rd = RunDir(final)
     rd.event("run_created", run_id=rid, trials=len(plan.trials))
     return rd, False

@@ -14,14 +14,16 @@ profiling (the diagnostic run), progress (what the user sees).
 
 from __future__ import annotations
 
+import errno
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from evidence.canon import read_json
+from evidence.run import lock as run_lock
 from evidence.run.prepare import find_resumable, prepare_run_dir
 from evidence.run.progress import point_rows
-from evidence.run.session import Hooks, RunError, record_provenance
+from evidence.run.session import Hooks, RunError, record_provenance, stop_orphaned_engines
 from evidence.run.signals import Interrupts
 from evidence.run.sweep import RunContext, run_trials
 from evidence.rundir import PROFILE_JSON, SUMMARY, RunDir
@@ -59,7 +61,36 @@ def recorded_trials(rd: RunDir, planned: tuple[Trial, ...]) -> list[Trial]:
     return list(planned) + [Trial(**{k: v for k, v in d.items() if k in names}) for d in rec[len(planned):]]
 
 
-def run_experiment(
+#: A write that failed for these reasons is the environment's fault, said in one paragraph (never a traceback).
+_WRITE_ERRNOS = {errno.ENOSPC, errno.EROFS, errno.EACCES, errno.EPERM, errno.EDQUOT}
+
+
+def run_experiment(*args: Any, **kwargs: Any) -> RunOutcome:
+    """Run (or continue) the spec's sweep into a run directory (see _run_experiment).
+
+    A full disk, a read-only or forbidden runs folder ends the run with a RunError (exit 2) that says
+    what failed and what to do; every file is written under a temporary name and renamed into place,
+    so nothing recorded before is lost and the same command continues once the cause is fixed.
+    """
+    held = run_lock.held_folders()
+    try:
+        return _run_experiment(*args, **kwargs)
+    except OSError as e:
+        if e.errno not in _WRITE_ERRNOS:
+            raise
+        what = {errno.ENOSPC: "the disk is full", errno.EDQUOT: "the disk quota is used up",
+                errno.EROFS: "the file system is read-only"}.get(e.errno, "permission denied")
+        raise RunError(
+            f"the run stopped: could not write {e.filename or 'a file of the run'} ({what}: "
+            f"{e.strerror or e}). Everything recorded before is intact: a trial is written under a temporary "
+            "name and appears only once complete, and the trial that was being written is set aside and run again "
+            "in full on resume. Free space or make the runs folder writable, then run the same command again to "
+            "continue.") from None
+    finally:
+        run_lock.release_all_but(held)  # the run folder's one writer is done (however it ended)
+
+
+def _run_experiment(
     spec_path: Path,
     *,
     runs_dir: Path,
@@ -112,6 +143,7 @@ def run_experiment(
         for tid, dest in moved:
             rd.event("partial_trial_set_aside", trial=tid, moved_to=dest)
         rd.event("resume", completed=sorted(done), remaining=[t.id for t in todo])
+        stop_orphaned_engines(rd, say)  # an engine a killed runner left: never two servers at once
         say(f"resuming {rd.path}: {len(done)} of {len(trials)} trials already complete"
             + (f"; set aside partial trial(s) {', '.join(t for t, _ in moved)} in aborted/" if moved else ""))
 
@@ -170,7 +202,8 @@ def run_experiment(
                         engine.stop()
                 except Exception:  # stopping must never hide the real outcome
                     pass
-    outcome.points = point_rows(rd, trials)
+        with intr.closing():  # the outcome is recorded: a late signal must not cut the summary
+            outcome.points = point_rows(rd, trials)
     return outcome
 
 

@@ -53,8 +53,16 @@ def start_engine(engine, rd: RunDir, spec: Spec, say, hooks: Hooks | None = None
     rd.event("engine_starting", command=engine.command(), log=str(log.relative_to(rd.path)))
     say(f"starting engine ({spec.engine.kind}); log: {log}")
     t = time.monotonic()
+
+    def waiting(line: str) -> None:
+        say(line)
+        rd.event("engine_waiting", said=line)
+
+    if hasattr(engine, "notify"):
+        engine.notify = waiting
     try:
         engine.start(log)
+        record_engine_process(rd, engine)
         engine.wait_ready(spec.engine.readiness_timeout_s)
     except EngineError as e:
         rd.event("engine_failed", error=str(e)[-4000:])
@@ -67,6 +75,62 @@ def start_engine(engine, rd: RunDir, spec: Spec, say, hooks: Hooks | None = None
     rd.event("engine_ready", seconds=round(time.monotonic() - t, 3), base_url=engine.base_url,
              version=engine.version())
     say(f"engine ready after {time.monotonic() - t:.0f} s at {engine.base_url}")
+
+
+def record_engine_process(rd: RunDir, engine) -> None:
+    """Record the started engine's pid, process group, start time and host (for a later runner of
+    this folder to find it, should this runner die without stopping it)."""
+    import socket
+
+    from evidence.run.lock import proc_start
+
+    proc = getattr(engine, "proc", None)
+    if proc is None:
+        return  # nothing started here (an endpoint)
+    rd.event("engine_process", pid=proc.pid, pgid=getattr(engine, "pgid", None), proc_start=proc_start(proc.pid),
+             host=socket.gethostname())
+
+
+def stop_orphaned_engines(rd: RunDir, say) -> list[int]:
+    """Stop every engine an earlier runner of this folder started on this host and left running.
+
+    Called on resume, under the folder's lock (so no live runner owns them), before an engine
+    starts: a second server beside a leftover one would run out of accelerator memory or be
+    measured next to a live server. Returns the pids stopped.
+    """
+    import os
+    import signal
+    import socket
+
+    from evidence.run.lock import same_process_alive
+
+    host = socket.gethostname()
+    stopped = []
+    for e in rd.read_events():
+        if e.get("event") != "engine_process" or e.get("host") != host:
+            continue
+        pid, pgid = int(e.get("pid") or 0), e.get("pgid")
+        if not same_process_alive(pid, e.get("proc_start")):
+            continue
+        target = int(pgid) if pgid else None
+        try:
+            os.killpg(target, signal.SIGTERM) if target else os.kill(pid, signal.SIGTERM)
+        except ProcessLookupError:
+            continue
+        deadline = time.monotonic() + 15
+        while time.monotonic() < deadline and same_process_alive(pid, e.get("proc_start")):
+            time.sleep(0.1)
+        how = "SIGTERM"
+        if same_process_alive(pid, e.get("proc_start")):
+            try:
+                os.killpg(target, signal.SIGKILL) if target else os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            how = "SIGKILL after 15 s"
+        rd.event("orphan_engine_stopped", pid=pid, pgid=pgid, how=how)
+        say(f"stopped engine pid {pid} (process group {pgid}) left running by an earlier runner of {rd.path} ({how})")
+        stopped.append(pid)
+    return stopped
 
 
 def log_tail(rd: RunDir, n: int = 30) -> str:
@@ -140,6 +204,72 @@ def trial_config(spec: Spec, base_url: str, prompts, *, max_concurrency: int | N
                                  max_concurrency=max_concurrency, seed=seed, phase=phase, stop=stop, **overrides)
 
 
+def _tree_sha256(folder: Path, skip_suffixes: tuple[str, ...] = ()) -> tuple[str, int]:
+    """One sha256 over a folder's files (relative path and content hash of each, sorted); links followed."""
+    import hashlib
+
+    from evidence.canon import sha256_file
+
+    h = hashlib.sha256()
+    n = 0
+    for f in sorted(folder.rglob("*")):
+        rel = f.relative_to(folder)
+        if "__pycache__" in rel.parts or f.suffix == ".pyc" or f.name.endswith(skip_suffixes) or not f.is_file():
+            continue
+        h.update(f"{rel.as_posix()}\0{sha256_file(f)}\n".encode("utf-8"))
+        n += 1
+    return h.hexdigest(), n
+
+
+def harness_sha256() -> str:
+    """The content hash of the harness package's files (code changed while its version did not)."""
+    import evidence
+
+    return _tree_sha256(Path(evidence.__file__).resolve().parent)[0]
+
+
+def input_hashes(spec: Spec, repo_root: Path) -> dict:
+    """What the prompts and the client depend on, hashed: the harness code and the local tokenizer
+    folder (weights skipped: they do not make prompts; provenance's model section hashes them)."""
+    from evidence.loadgen.vocab import hf_cached_dir
+    from evidence.run.provenance.packages import WEIGHT_SUFFIXES
+
+    out: dict = {"harness_sha256": harness_sha256(), "tokenizer": None}
+    m = spec.model
+    for p in (m.tokenizer, m.path):
+        q = Path(p).expanduser() if p else None
+        if q is not None and not q.is_absolute():
+            q = repo_root / q
+        if q is None or not q.is_dir():
+            q = hf_cached_dir(p, m.revision if p == m.id else None) if p else None
+        if q is not None and q.is_dir():
+            sha, n = _tree_sha256(q, WEIGHT_SUFFIXES)
+            out["tokenizer"] = {"path": str(q), "sha256": sha, "files": n}
+            break
+    return out
+
+
+def inputs_changed(rd: RunDir, now: dict) -> list[dict]:
+    """What changed since the run started, against its first provenance.json (nothing for runs without one)."""
+    from evidence.canon import read_json
+
+    try:
+        before = read_json(rd.provenance).get("inputs")
+    except (OSError, ValueError):
+        return []
+    if not isinstance(before, dict):
+        return []
+    out = []
+    if before.get("harness_sha256") != now.get("harness_sha256"):
+        out.append({"input": "harness code (content hash of the evidence package)",
+                    "recorded": before.get("harness_sha256"), "now": now.get("harness_sha256")})
+    tb, tn = before.get("tokenizer") or {}, now.get("tokenizer") or {}
+    if tb.get("sha256") != tn.get("sha256"):
+        out.append({"input": f"tokenizer/model folder {tn.get('path') or tb.get('path')} (hash of its files)",
+                    "recorded": tb.get("sha256"), "now": tn.get("sha256")})
+    return out
+
+
 def record_provenance(spec: Spec, spec_path: Path, rd: RunDir, engine, repo_root: Path, *,
                       code_commit: str | None, allow_drift: bool, reason: str) -> Path:
     """Collect provenance and check the pins; write provenance.json (numbered after the first).
@@ -151,9 +281,23 @@ def record_provenance(spec: Spec, spec_path: Path, rd: RunDir, engine, repo_root
     from evidence.run.provenance import collect as prov_mod
     from evidence.run.provenance.pins import refusal_message
 
+    inputs = input_hashes(spec, repo_root)
+    changed = inputs_changed(rd, inputs) if reason == "resume" else []
+    if changed and not allow_drift:
+        rd.event("refused_inputs_changed", changes=changed)
+        raise RunError(
+            f"refusing to resume {rd.path}: what its results depend on changed since it started: "
+            + "; ".join(f"{c['input']}: recorded {str(c['recorded'])[:12]}..., now {str(c['now'])[:12]}..."
+                        for c in changed)
+            + ". Trials made before and after would not be comparable. Restore what changed, start a new run "
+            "(another --run-id or --new), or resume with --allow-drift to record the change as provenance and a "
+            "caveat.")
     prov = prov_mod.collect_provenance(spec, repo_root=repo_root, engine=engine,
                                        engine_python=getattr(engine, "python", None), code_commit=code_commit)
     prov["spec_sha256"] = sha256_file(spec_path)
+    prov["inputs"] = inputs
+    if changed:
+        prov["inputs_changed"] = changed
     pins = prov_mod.check_pins(spec, prov)
     prov["pins"] = pins
     bad = [p for p in pins if not p["ok"]]
@@ -167,4 +311,12 @@ def record_provenance(spec: Spec, spec_path: Path, rd: RunDir, engine, repo_root
         raise RunError(refusal_message(spec, prov, bad, prov_path))
     if bad:
         rd.event("drift_allowed", mismatches=bad)
+    if changed:
+        from evidence.canon import read_json
+
+        rd.event("inputs_drift_allowed", changes=changed)
+        # kept in run.json too, where the analysis reads it for a caveat
+        info = read_json(rd.run_json)
+        rd.set_status(info.get("status", "running"), inputs_changed=list(info.get("inputs_changed") or []) + [
+            {"provenance": str(prov_path.relative_to(rd.path)), "changes": changed}])
     return prov_path

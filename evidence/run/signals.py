@@ -18,7 +18,34 @@ from typing import Iterator
 
 from evidence.loadgen.stop import StopFlag
 
-SIGNALS = (signal.SIGINT, signal.SIGTERM)
+# SIGUSR2: Slurm's warning before the time limit (submitit asks for it 90 s ahead); its default
+# action kills at once, so it is a clean stop like SIGTERM, which a requeued job then resumes.
+SIGNALS = (signal.SIGINT, signal.SIGTERM) + ((signal.SIGUSR2,) if hasattr(signal, "SIGUSR2") else ())
+
+
+def _raise(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt(f"{signal.Signals(signum).name} received")
+
+
+def install_early() -> None:
+    """From the command's first instruction: every stop signal raises KeyboardInterrupt (exit 130,
+    nothing half-written: files are renamed into place), never the default action's instant death."""
+    for s in SIGNALS:
+        signal.signal(s, _raise)
+
+
+#: signals that arrived once the work was done (the outcome stands; they are only noted)
+LATE: list[str] = []
+
+
+def _note(signum: int, frame: object) -> None:
+    LATE.append(signal.Signals(signum).name)
+
+
+def quiet() -> None:
+    """After the outcome is recorded: a stop signal is noted and the exit goes on with the outcome's code."""
+    for s in SIGNALS:
+        signal.signal(s, _note)
 
 
 class Interrupts:
@@ -42,7 +69,9 @@ class Interrupts:
 
     def __exit__(self, *exc: object) -> None:
         for s, h in self._old.items():
-            signal.signal(s, h)  # type: ignore[arg-type]
+            # under the command's early handlers (install_early) the work is over now: a signal from
+            # here to the exit is only noted (no KeyboardInterrupt, no default-action death)
+            signal.signal(s, _note if h is _raise else h)  # type: ignore[arg-type]
 
     @contextmanager
     def shielded(self) -> Iterator[StopFlag]:

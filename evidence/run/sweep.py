@@ -109,10 +109,10 @@ def measure(ctx: RunContext, trial: Trial, bar: Progress) -> dict:
     from evidence.metrics import trial_metrics
 
     spec, rd, engine = ctx.spec, ctx.rd, ctx.engine
+    # Outside the shield: a signal cuts the prompt making at once (a hung /v1/models or tokenizer
+    # call would otherwise hold it for request_timeout_s); nothing of the trial is written yet.
+    prompts = make_prompts(spec, ctx.repo_root, engine.base_url, served_name(spec), trial.prompts, trial.seed)
     with ctx.intr.shielded() as stop:
-        prompts = make_prompts(spec, ctx.repo_root, engine.base_url, served_name(spec), trial.prompts, trial.seed)
-        if stop.is_set():
-            raise KeyboardInterrupt
         tmp = rd.trial_tmp(trial.id)
         if tmp.exists():
             shutil.rmtree(tmp)  # our own leftover from this very process (cannot hold a complete trial)
@@ -167,10 +167,11 @@ def warmup(ctx: RunContext, trial: Trial) -> None:
     spec, rd, engine = ctx.spec, ctx.rd, ctx.engine
     wu = spec.sweep.warmup
     conc = wu.concurrency or trial.point
+    # Warm-up prompts use their own seed so they never coincide with measured prompts (made
+    # outside the shield, so a signal cuts them at once).
+    prompts = make_prompts(spec, ctx.repo_root, engine.base_url, served_name(spec), wu.requests,
+                           spec.workload.seed ^ 0x5EED)
     with ctx.intr.shielded() as stop:
-        # Warm-up prompts use their own seed so they never coincide with measured prompts.
-        prompts = make_prompts(spec, ctx.repo_root, engine.base_url, served_name(spec), wu.requests,
-                               spec.workload.seed ^ 0x5EED)
         rd.event("warmup_start", requests=wu.requests, concurrency=conc, before=trial.id)
         res = loadgen.run_trial(trial_config(spec, engine.base_url, prompts, max_concurrency=conc, phase="warmup",
                                              request_rate="inf", burstiness=1.0, seed=0, telemetry=False,

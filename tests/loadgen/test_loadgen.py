@@ -482,9 +482,10 @@ def test_h1_reuses_connections(server):
     assert r.meta.as_dict()["client"]["connections_opened"] <= 3
 
 
-def test_h1_retries_once_when_a_reused_connection_was_closed():
+def test_h1_never_retries_a_request_a_reused_connection_dropped():
     # A raw server that answers the first request on each connection and closes the
-    # connection, without a word, on the second.
+    # connection, without a word, on the second: it read that request, so it is a failure
+    # (issue 23: a silent retry hid the server's failures), and the next request opens anew.
     resp = _chunked([_TOK, _LAST, _USAGE, b"data: [DONE]\n\n"])
 
     async def handle(reader, writer):
@@ -511,8 +512,9 @@ def test_h1_retries_once_when_a_reused_connection_was_closed():
                                                 telemetry=False, http="h1", timeout_s=5))
 
     r = asyncio.run(main())
-    assert [x.ok for x in r.records] == [True, True, True], [x.error for x in r.records]
-    assert r.meta.as_dict()["client"]["connection_retries"] >= 1
+    assert [x.ok for x in r.records] == [True, False, True], [x.error for x in r.records]
+    assert r.records[1].error.startswith("connection dropped") and r.records[1].attempts is None
+    assert r.meta.as_dict()["client"]["connection_retries"] == 0
 
 
 def test_chunk_times_match_when_the_standin_wrote_them(stack):

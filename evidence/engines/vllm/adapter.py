@@ -20,7 +20,7 @@ import weakref
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
-from evidence.engines.base import (EngineError, HttpEngine, combine_resolved, free_port, register,
+from evidence.engines.base import (EngineError, HttpEngine, combine_resolved, die_with_parent, free_port, register,
                                    requested_from_spec)
 from evidence.engines.vllm.logs import LOG_TAIL_LINES, log_tail, parse_server_log
 from evidence.engines.vllm.metrics import TELEMETRY_SERIES, parse_metrics
@@ -347,7 +347,8 @@ class VllmEngine(HttpEngine):
         log = open(self.log_path, "ab")
         try:
             self.proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                         cwd=str(cwd), env=env, start_new_session=True)
+                                         cwd=str(cwd), env=env, start_new_session=True,
+                                         preexec_fn=die_with_parent())  # never outlives the runner
         except OSError as e:
             raise EngineError(f"could not start the engine ({e}); command: {shlex.join(argv)}") from None
         finally:

@@ -81,7 +81,8 @@ def build(root: Path, size_gb: float) -> tuple[Path, int, int]:
         "runs": [{"id": "bench-run", "status": "complete", "code": {"commits": [], "dirty": None, "from": []},
                   "spec": {"name": "bench", "sha256": None, "resolved_sha256": None}, "plan_sha256": "0" * 64,
                   "trials": {"planned": 0, "present": [], "missing": []}, "aborted": [], "problems_allowed": []}],
-        "regenerate": {"steps": [], "how": "benchmark release (raw only)", "functions": layout.REGEN_FUNCTIONS},
+        "regenerate": {"steps": [f"git checkout {tag}", "python -m pip install -e .", f"evidence verify releases/{tag}"],
+                       "how": "benchmark release (raw only)", "functions": layout.REGEN_FUNCTIONS},  # metadata.steps
     }
     meta = metadata.seal(rel, meta)
     return rel, sum(f["bytes"] for f in meta["files"]), len(meta["files"])

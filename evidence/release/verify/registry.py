@@ -1,5 +1,6 @@
 """The checks `verify` runs, in the order it runs them: cheap structural checks first (as bagit-python's
-`Bag.validate` does), then fixity, metadata, git, and regeneration last. Ids and order are stable:
+`Bag.validate` does), then fixity, metadata, git, and regeneration last: it runs the release's own code, so it runs only
+when every check before it has passed (verify/__init__.py sets the gate). Ids and order are stable:
 scripts and published verify outputs name them."""
 
 from __future__ import annotations
@@ -35,11 +36,13 @@ ORDER: tuple[CheckFn, ...] = (
     metadata.schema,
     metadata.agrees,
     metadata.provenance,
+    regen.metadata_steps,
     git.git_tag,
     git.git_annotated,
     git.git_peel,
     git.git_message,
     git.git_files,
+    regen.regen_code,
     regen.regen_analysis,
     regen.regen_figures,
     regen.regen_report,

@@ -50,13 +50,18 @@ statements, the git tag (annotated, peels to the commit it names, message carrie
 digests, files equal the tagged commit's blobs) when the release sits in a git repository (or --repo
 is given), and regeneration of analysis, figures and report from data/raw compared byte for byte
 (for a PNG that differs: whether the pixels match and which render-environment versions differ).
-Regeneration uses the release's own code: the wheel it carries when its files are the code of a
-commit in this repository (in an isolated environment built from its lock when this one differs),
-or for older releases the commit that froze them; the report says which. A tag absent from this clone is not tampering: it is reported prominently ("tag binding
-not checked"), and fails only with --require-tag. A .tar is checked member by member before
-anything is extracted, into a temporary folder.
+Regeneration runs only after every other check has passed, and runs code from a release only when it is
+exactly the code of a commit that a branch or tag of this clone (or of --repo) reaches: the wheel the
+release carries (every entry the package's own, every file equal to that commit's, the commit the one
+release.json names, dependencies only the pinned, hashed names the distribution declares), or for older
+releases the commit that froze them; the report says which. Otherwise regeneration is not checked, and
+the report says why and the command that would check it. A tag absent from this clone is not tampering:
+it is reported prominently ("tag binding not checked"), and fails only with --require-tag. A .tar is
+checked member by member before anything is extracted, into a temporary folder.
 
-Exit 0: valid. 1: a check failed. 2: could not verify (not a release, unreadable)."""
+Exit 0: valid (every check passed, regeneration included). 1: a check failed. 2: could not verify
+(not a release, unreadable). 3: every check that ran passed, but regeneration was not checked: not
+possible here (a copy outside a clone that holds its code), or run with --run-unverified-code."""
 
 _STYLE = {"pass": "green", "fail": "bold red", "skip": "yellow"}
 
@@ -180,7 +185,7 @@ def register(app: typer.Typer) -> None:
         path: Path = typer.Argument(..., help="A release folder (releases/<tag>) or its .tar."),
         as_json: bool = typer.Option(False, "--json", help="Print every check as JSON (machine-readable)."),
         no_regen: bool = typer.Option(False, "--no-regen", help="Skip regenerating analysis, figures and report (reported as skipped)."),
-        repo: Optional[Path] = typer.Option(None, "--repo", help="Check the git tag in this repository (default: the one holding PATH, if any)."),
+        repo: Optional[Path] = typer.Option(None, "--repo", help="The git repository to check the tag in and to take the release's code from (default: the one holding PATH, if any)."),
         require_tag: bool = typer.Option(False, "--require-tag", help="Fail when the release's tag is not in the "
                                          "repository (by default an absent tag is reported, not failed: tags do not travel with every clone)."),
         regen_env: str = typer.Option("auto", "--regen-env", help="Regenerate with the release's own code ('auto': its "

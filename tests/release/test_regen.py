@@ -217,15 +217,22 @@ def test_a_lock_for_another_python_is_refused_with_the_reason(frozen, tmp_path):
     assert c.status == "skip" and "needs Python 3.9.0" in c.message and rep.exit_code == 3
 
 
-def test_committed_release_regenerates_through_the_commit_that_froze_it():
-    rel = ROOT / "releases" / "article1-h200-v1.0"
+@pytest.mark.parametrize("name, kind", [("article1-h200-v1.0", "commit"), ("article1-h200-v1.1", "wheel")])
+def test_committed_release_regenerates_through_its_own_code(name, kind):
+    """v1.0 (no regenerator) through the commit that froze it, v1.1 through its wheel, bound to a commit a
+    branch of this clone reaches: VALID with regeneration, tags or not (issue 22)."""
+    rel = ROOT / "releases" / name
     if not rel.is_dir():
         skip_unless_ci("the committed release is not in this checkout")
     rep = verify.verify(rel)
     by = rep.by_id()
-    assert rep.regen_env["kind"] == "commit", rep.regen_env
+    assert rep.regen_env["kind"] == kind, rep.regen_env
+    assert by["regen.code"].status == "pass" and "a branch or tag of this repository reaches" in by["regen.code"].message
     assert all(by[f"regen.{r}"].status == "pass" for r in ("analysis", "figures", "report")), \
         [(c.id, c.message) for c in rep.checks if c.id.startswith("regen.")]
+    # v1.0 was frozen before releases carried an index page: nothing release-level to regenerate
+    assert by["regen.release"].status == ("skip" if name.endswith("v1.0") else "pass"), by["regen.release"].message
+    assert rep.exit_code == 0 and rep.regeneration["state"] == "checked", [(c.id, c.message) for c in rep.failed]
 
 
 def test_derive_is_the_three_functions_in_one_pass(tmp_path, monkeypatch):

@@ -160,7 +160,7 @@ def test_a_commit_on_no_branch_is_not_run_and_the_flag_that_runs_it_says_so(case
     assert case["marker"].exists()
 
 
-def test_a_folder_only_copy_says_regeneration_is_not_possible_here_and_how(case, monkeypatch, tmp_path):
+def test_a_folder_or_tar_only_copy_says_regeneration_is_not_possible_here_and_how(case, monkeypatch, tmp_path):
     """A copy outside any clone that holds its code: fixity valid, regeneration not checked (exit 3), and the
     one command that would check it. (The wheel here equals the running code, which would bind it: that
     path is switched off to stand for an auditor whose code differs.)"""
@@ -183,3 +183,11 @@ def test_a_folder_only_copy_says_regeneration_is_not_possible_here_and_how(case,
     text = con.export_text()
     assert "FIXITY VALID, REGENERATION NOT CHECKED" in text and "to check them: evidence verify --repo" in text
     assert "VALID:" not in text.replace("FIXITY VALID,", "")
+    # the same for the archive alone
+    tar = tmp_path / "alone-tar" / f"{TAG}.tar"
+    tar.parent.mkdir()
+    shutil.copyfile(case["rel"].with_name(f"{TAG}.tar"), tar)
+    shutil.copyfile(case["rel"].with_name(f"{TAG}.tar.sha256"), tar.with_name(f"{TAG}.tar.sha256"))
+    rep = verify.verify(tar)
+    assert rep.ok and rep.exit_code == 3 and rep.regeneration["state"] == "not checked"
+    assert rep.by_id()["archive.sha256"].status == "pass" and rep.by_id()["fixity.payload"].status == "pass"

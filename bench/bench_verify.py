@@ -160,7 +160,7 @@ def bench_regen(a: argparse.Namespace) -> None:
     cores = os.cpu_count() or 1
     full_cmd = ev("verify", "--json", str(rel))
     nore_cmd = ev("verify", "--json", "--no-regen", str(rel))
-    # warm-up (not timed): page cache, the regenerating environment's cache (git archive of the freezing commit)
+    # warm-up (not timed): page cache (verify keeps no cache of its own: the code is taken from git on every run)
     _, _, (warm,) = timed([full_cmd], REPO)
     rep = json.loads(warm)
     regen = {c["id"]: c["status"] for c in rep["checks"] if c["id"].startswith("regen.")}

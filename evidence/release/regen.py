@@ -3,7 +3,7 @@
 `regenerate` is the in-process pass (freeze uses it; it is also what a release's own regenerator
 runs). `run_regeneration` runs several runs in parallel, each in a subprocess under a chosen
 environment (evidence.release.regenerator: the release's wheel, the commit that froze it, or this
-code), and reports one progress bar per run."""
+code), through the driver programs in evidence/release/drivers/, and reports one progress bar per run."""
 
 from __future__ import annotations
 
@@ -18,6 +18,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator
 
+from evidence.release.drivers import ENTRY_DRIVER, LEGACY_DRIVER, RELEASE_DRIVER
 from evidence.release.files import inventory
 from evidence.release.layout import DERIVED_ROLES, ReleaseError
 from evidence.release.progress import NoPhases, Phases
@@ -126,87 +127,6 @@ def regenerate_release(data_dir: Path, work: Path, *, sde: int | None = None, ta
             return {"release": out_r, "crate": e}
     return {"release": out_r, "crate": out_c}
 
-# Run in a subprocess, under the regenerating environment's interpreter and code (never this process's
-# code): argv = raw_dir work sde entry. Prints JSON lines: {"step": ...} as it goes, then {"done": {role: error or null}}.
-DRIVER_ENTRY = r"""
-import importlib, json, sys
-from pathlib import Path
-raw, work, sde, entry = sys.argv[1:5]
-mod, name = entry.split(":")
-fn = getattr(importlib.import_module(mod), name)
-say = lambda s: print(json.dumps({"step": s}), flush=True)
-outs = fn(Path(raw), Path(work), sde=int(sde) if sde else None, step=say)
-print(json.dumps({"done": {r: None if isinstance(v, Path) else f"{type(v).__name__}: {v}" for r, v in outs.items()}}), flush=True)
-"""
-
-# For releases frozen before they carried their regenerator: the flat package of that time
-# (evidence.analysis, evidence.figures, evidence.report), called in one pass the way evidence.derive
-# does. argv = ws work sde run_id (ws: the raw files already copied to work/<run-id>).
-DRIVER_LEGACY = r"""
-import json, os, sys
-from pathlib import Path
-ws, work, sde, run_id = sys.argv[1:5]
-ws = Path(ws)
-if sde:
-    os.environ["SOURCE_DATE_EPOCH"] = sde
-say = lambda s: print(json.dumps({"step": s}), flush=True)
-roles = ("analysis", "figures", "report")
-err = {}
-for r in roles:
-    (ws / r).mkdir(parents=True, exist_ok=True)
-try:
-    import copy
-    try:  # the trace analyses are a pure function of the raw files, computed by the analysis and again by the
-        # report in that code: computed once here and handed out as copies (the bytes are compared anyway)
-        import evidence.profile_run as _pr
-        _analyze, _memo = _pr.analyze_profile, {}
-        def _once(run_dir):
-            k = str(Path(run_dir).resolve())
-            if k not in _memo:
-                _memo[k] = _analyze(run_dir)
-            return copy.deepcopy(_memo[k])
-        _pr.analyze_profile = _once
-    except (ImportError, AttributeError):
-        pass
-    from evidence.analysis import compute_analysis, load_run, write_analysis, write_extras
-    from evidence.figures import figure_bytes, render_figures
-    from evidence.report import render_report
-    say("reading raw records")
-    data = load_run(ws)
-    say("computing the analysis")
-    res = compute_analysis(data)
-except Exception as e:
-    err = {r: f"{type(e).__name__}: {e}" for r in roles}
-if not err:
-    say("writing the analysis")
-    try:
-        write_analysis(res, ws / "analysis")
-        write_extras(ws, ws / "analysis")
-    except Exception as e:
-        err["analysis"] = f"{type(e).__name__}: {e}"
-    say("rendering figures")
-    try:
-        figs = figure_bytes(data, res)
-        render_figures(ws, ws / "figures", data=data, analysis=res, rendered=figs)
-    except Exception as e:
-        err["figures"] = err["report"] = f"{type(e).__name__}: {e}"
-    if "report" not in err:
-        say("writing the report")
-        try:
-            render_report(ws, ws / "report", data=data, analysis=res, figures=figs, figures_rel=f"../../figures/{run_id}")
-        except Exception as e:
-            err["report"] = f"{type(e).__name__}: {e}"
-print(json.dumps({"done": {r: err.get(r) for r in roles}}), flush=True)
-"""
-# The release-level pass, in the same kind of subprocess: argv = data_dir work sde tag entry.
-DRIVER_RELEASE = r"""
-import importlib, json, sys
-from pathlib import Path
-data, work, sde, tag, entry = sys.argv[1:6]
-mod, name = entry.split(":")
-outs = getattr(importlib.import_module(mod), name)(Path(data), Path(work), sde=int(sde) if sde else None, tag=tag)
-print(json.dumps({"done": {r: None if isinstance(v, Path) else f"{type(v).__name__}: {v}" for r, v in outs.items()}}), flush=True)
-"""
 N_STEPS = 5  # the steps each driver announces (evidence.derive.STEPS)
 
 
@@ -226,7 +146,7 @@ def run_release_regeneration(data_dir: Path, work: Path, *, sde: int | None, tag
     work = Path(work)
     work.mkdir(parents=True, exist_ok=True)
     environ = _child_environ(env, sde)
-    p = subprocess.run([env.python, "-P", "-c", DRIVER_RELEASE, str(data_dir), str(work), str(sde or ""), tag,
+    p = subprocess.run([env.python, "-P", str(RELEASE_DRIVER), str(data_dir), str(work), str(sde or ""), tag,
                         RELEASE_ENTRY], capture_output=True, text=True, env=environ, cwd=work)
     done = None
     for line in p.stdout.splitlines():
@@ -256,17 +176,18 @@ def _run_one(rid: str, raw: Path, work: Path, sde: int | None, env: Any, phases:
     try:
         if env.driver == "legacy":
             copy_tree_files(raw, ws, skip_top=DERIVED_ROLES)
-            argv = [DRIVER_LEGACY, str(ws), str(work), str(sde or ""), rid]
+            argv = [str(LEGACY_DRIVER), str(ws), str(work), str(sde or ""), rid]
         else:
-            argv = [DRIVER_ENTRY, str(raw), str(work), str(sde or ""), env.entry]
+            argv = [str(ENTRY_DRIVER), str(raw), str(work), str(sde or ""), env.entry]
     except (OSError, ReleaseError) as e:
         phases.finish(key, f"{rid}: could not start")
         return {r: e for r in DERIVED_ROLES}
     environ = _child_environ(env, sde)
     done: dict[str, str | None] | None = None
     with tempfile.TemporaryFile(mode="w+", encoding="utf-8", errors="replace") as errf:
-        # -P: never import from the working directory; the code comes from PYTHONPATH (or the interpreter's own site)
-        proc = subprocess.Popen([env.python, "-P", "-c", *argv], stdout=subprocess.PIPE, stderr=errf, text=True,
+        # -P: never import from the driver's folder or the working directory; the code comes from PYTHONPATH
+        # (or the interpreter's own site)
+        proc = subprocess.Popen([env.python, "-P", *argv], stdout=subprocess.PIPE, stderr=errf, text=True,
                                 env=environ, cwd=work)
         assert proc.stdout is not None
         for line in proc.stdout:

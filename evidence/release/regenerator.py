@@ -6,23 +6,29 @@ code when its checkout was clean, the entry point verify calls, and the render s
 interpreter, FreeType and the installed version of everything the wheel requires, transitively) go
 into the release's tag area and its tag manifest.
 
-At verify, the regenerating environment is, in this order:
-  - the release's wheel, when it is bound to this repository (its files equal evidence/ at its
-    code commit): unpacked into a cache and run on this interpreter when this interpreter's render
-    stack equals the lock, otherwise in an isolated venv built from the lock (cached per lock).
-    An unbound wheel is code the release's author chose (it could reproduce forged derived files):
-    it runs only with `--regen-env wheel`;
+At verify, code from a release runs only when it is exactly the code of a commit that a branch, a tag
+or HEAD of the auditor's clone reaches (a commit object that is merely present, fetched from a fork
+say, does not count), or exactly the code the auditor is running. The regenerating environment is:
+  - the release's wheel, when so bound: every entry is the package's own (evidence/ and its one
+    dist-info, no .pth, no other top-level name, no path leaving the install), every evidence/ file
+    equals that commit's blob, RECORD agrees, and the lock's commit is the one release.json names.
+    It is unpacked into the verify's temporary folder (no cache) and run on this interpreter when its
+    render stack equals the lock; otherwise in a venv built there from the lock's pins, installed
+    with `pip --require-hashes --no-deps --only-binary :all:` (a lock without hashes is not installed);
   - for a release frozen before releases carried their regenerator: the tree of the commit that
-    froze it (release.json freeze.code_commit), taken with `git archive` from the repository into a
-    per-user cache, on this interpreter (that commit is in the history of every clone; its tag may not be);
+    froze it (release.json freeze.code_commit), under the same reachability rule;
   - with `--regen-env current`: this code.
-When none can be had, the environment says exactly what could not be done, and the regen.* checks
-fail with that reason.
+A wheel or lock that breaks a rule a genuine freeze never breaks is refused (kind "refused": the
+regen.code check fails). Code that is merely not bound here is not run (kind "unavailable": the
+regen.* checks say "regeneration not checked" and why, and the command that would check it), unless
+the auditor passes --run-unverified-code (mode "unverified"), which runs it with a warning and never
+yields VALID.
 """
 
 from __future__ import annotations
 
 import base64
+import csv
 import hashlib
 import importlib.metadata as md
 import io
@@ -47,30 +53,26 @@ from evidence.release.regen import ENTRY
 REGEN_DIR = "regenerator"
 LOCK = f"{REGEN_DIR}/lock.json"
 LOCK_FORMAT = "evidence-regenerator/1"
-ENV_MODES = ("auto", "current", "wheel")
+ENV_MODES = ("auto", "current", "unverified")
+UNVERIFIED_FLAG = "--run-unverified-code"
+_COMMIT = re.compile(r"[0-9a-f]{40}")
 
 
 @dataclass(frozen=True)
 class RegenEnv:
-    kind: str  # wheel | venv | commit | current | unavailable
+    kind: str  # wheel | venv | commit | current | unavailable (not bound here: not run) | refused (hostile: not run)
     describe: str  # said to the user: which code and interpreter regenerate
     python: str = sys.executable
     pythonpath: str | None = None
     driver: str = "entry"  # entry (a regenerate(raw, work, sde=, step=) function) | legacy (the flat package of old)
     entry: str = ENTRY
-    error: str | None = None  # kind "unavailable": what could not be done
+    error: str | None = None  # kinds unavailable and refused: what could not be done, or what was refused
+    how: str | None = None  # kind unavailable: the one command that would make regeneration possible
+    unverified: bool = False  # the release's own code, not bound to this repository, run by --run-unverified-code
 
     def as_dict(self) -> dict:
-        return {"kind": self.kind, "describe": self.describe, "python": self.python, "error": self.error}
-
-
-def cache_root() -> Path:
-    """Per user, never a shared temporary folder: code found here is run as trusted, so no other user may
-    plant it ($EVIDENCE_REGEN_CACHE, else $XDG_CACHE_HOME/evidence/regen, else ~/.cache/evidence/regen)."""
-    if os.environ.get("EVIDENCE_REGEN_CACHE"):
-        return Path(os.environ["EVIDENCE_REGEN_CACHE"])
-    base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
-    return base / "evidence" / "regen"
+        return {"kind": self.kind, "describe": self.describe, "python": self.python, "error": self.error,
+                "how": self.how, "unverified": self.unverified}
 
 
 # --------------------------------------------------------------------------- the render stack
@@ -244,23 +246,29 @@ def tag_area_files(release_dir: Path) -> list[str]:
 
 # --------------------------------------------------------------------------- at verify
 
-def resolve(mode: str, root: Path | None, meta: Any, repos: list[Any]) -> RegenEnv:
-    """The environment that regenerates this release (see the module docstring)."""
+class Refused(Exception):
+    """The release's regenerator breaks a rule a genuine freeze never breaks (never run, the check fails)."""
+
+
+def resolve(mode: str, root: Path | None, meta: Any, repos: list[Any], work: Path) -> RegenEnv:
+    """The environment that regenerates this release (see the module docstring). Nothing from the release
+    runs here; whatever is unpacked or built goes under `work` (the verify's own temporary folder)."""
     if mode not in ENV_MODES:
-        raise ReleaseError(f"unknown --regen-env {mode!r}; known: {', '.join(ENV_MODES)}.")
+        raise ReleaseError(f"unknown regeneration mode {mode!r}; known: {', '.join(ENV_MODES)}.")
     if mode == "current":
         return current_env()
     lock_path = root / LOCK if root is not None else None
-    if lock_path is not None and lock_path.is_file():
-        return _wheel_env(root, lock_path, repos, trust=mode == "wheel")
-    if mode == "wheel":
-        return _unavailable(f"--regen-env wheel: the release carries no regenerator ({LOCK})")
-    commit = ((meta or {}).get("freeze") or {}).get("code_commit") if isinstance(meta, dict) else None
-    if isinstance(commit, str) and commit:
-        return _commit_env(commit, repos)
-    return RegenEnv("unavailable", "none", error="the release carries no regenerator (regenerator/lock.json) and names "
-                    "no commit that froze it (release.json freeze.code_commit); use --regen-env current to regenerate with "
-                    "this code (bytes may differ if the code changed)")
+    try:
+        if lock_path is not None and lock_path.is_file():
+            return _wheel_env(root, lock_path, meta, repos, work, unverified=mode == "unverified")
+        commit = ((meta or {}).get("freeze") or {}).get("code_commit") if isinstance(meta, dict) else None
+        if isinstance(commit, str) and commit:
+            return _commit_env(commit, repos, work)
+    except Refused as e:
+        return RegenEnv("refused", "none", error=str(e))
+    return _unavailable("the release carries no regenerator (regenerator/lock.json) and names no commit that froze it "
+                        "(release.json freeze.code_commit)", "--regen-env current (this code: bytes may differ if the "
+                        "code changed since the freeze)")
 
 
 def current_env() -> RegenEnv:
@@ -273,57 +281,201 @@ def current_env() -> RegenEnv:
                     f"(--regen-env current)", pythonpath=pkg_parent)
 
 
-def _unavailable(what: str) -> RegenEnv:
-    return RegenEnv("unavailable", "none", error=what + "; use --regen-env current to regenerate with this code "
-                    "(bytes may differ if the code changed), or --no-regen to skip regeneration")
+def _unavailable(what: str, how: str | None) -> RegenEnv:
+    return RegenEnv("unavailable", "none", error=what, how=how)
 
 
-def _bind_wheel(data: bytes, lock: dict, repos: list[Any]) -> tuple[bool, str]:
-    """Is the wheel the code of a commit in this repository? Its files under evidence/ must equal that
-    commit's blobs, and every .py file of the commit's evidence/ must be in it. Unbound, a wheel is code
-    the release's author chose: it could reproduce forged derived files, so it is not run by default."""
-    commit = lock.get("code_commit")
-    if not isinstance(commit, str) or not commit:
-        return False, "it was built from a checkout with uncommitted changes (lock.json code_commit is null)"
-    repo = _repo_with(commit, repos)
-    if repo is None:
-        return False, f"its code commit {commit[:12]} is not in this repository (`git fetch origin {commit}` brings it)"
+def _how_for(commit: str) -> str:
+    # never `git fetch origin <sha>`: on hosts that share objects across forks it brings a fork's commit,
+    # which is exactly the code that must not be trusted
+    return (f"evidence verify --repo CLONE PATH, where CLONE is a clone of the project's repository in which a branch "
+            f"or tag holds commit {commit[:12]}")
+
+
+def reachable(repo: Any, commit: str) -> bool | None:
+    """True when a branch, remote branch, tag or HEAD of repo reaches commit; False when the object is there
+    but nothing reaches it (a dangling object, or one fetched by its id); None when repo lacks it."""
+    import git
+
+    if not _COMMIT.fullmatch(commit):  # never an option or a revision expression on git's command line
+        return None
+    try:
+        repo.git.cat_file("-e", f"{commit}^{{commit}}")
+    except (ValueError, git.GitCommandError):
+        return None
+    try:
+        if repo.git.for_each_ref("--contains", commit, "--format=%(refname)", "refs/heads", "refs/remotes", "refs/tags").strip():
+            return True
+    except git.GitCommandError:
+        pass
+    try:
+        repo.git.merge_base("--is-ancestor", commit, "HEAD")
+        return True
+    except (ValueError, git.GitCommandError):
+        return False
+
+
+def _find(commit: str, repos: list[Any]) -> tuple[Any, str | None]:
+    """(the first repository where a ref reaches commit, None) or (None, why not)."""
+    dangling = False
+    for repo in repos:
+        if repo is None:
+            continue
+        r = reachable(repo, commit)
+        if r:
+            return repo, None
+        dangling = dangling or r is False
+    if dangling:
+        return None, (f"commit {commit[:12]} is in this repository but no branch or tag reaches it (a commit on no branch, "
+                      "fetched by its id or from a fork, is not this project's code)")
+    return None, f"commit {commit[:12]} is not in this repository"
+
+
+def _tree_blobs(repo: Any, commit: str, path: str) -> dict[str, str]:
     blobs = {}
-    for line in repo.git.ls_tree("-r", "-z", commit, "--", "evidence").split("\0"):
+    for line in repo.git.ls_tree("-r", "-z", commit, "--", path).split("\0"):
         if line:
-            info, path = line.split("\t", 1)
-            mode, kind, sha = info.split()
+            info, name = line.split("\t", 1)
+            _mode, kind, sha = info.split()
             if kind == "blob":
-                blobs[path] = sha
+                blobs[name] = sha
+    return blobs
+
+
+_DIST_INFO_FILES = {"METADATA", "WHEEL", "RECORD", "entry_points.txt", "top_level.txt"}
+
+
+def _dist_info_file(parts: list[str]) -> bool:
+    """A file a dist-info folder carries: the metadata files, or a licence text (at its top or, PEP 639,
+    in licenses/); nothing a loader or the interpreter runs (.pth is refused separately)."""
+    licence = re.compile(r"(LICEN[CS]E|COPYING|NOTICE|AUTHORS)[A-Za-z0-9._-]*")
+    if len(parts) == 1:
+        return parts[0] in _DIST_INFO_FILES or bool(licence.fullmatch(parts[0]))
+    return parts[0] == "licenses" and all(re.fullmatch(r"[A-Za-z0-9._-]+", p) for p in parts[1:])
+
+
+def wheel_entries(z: zipfile.ZipFile) -> str:
+    """Check that every entry of the wheel is the package's own file; returns its dist-info folder name.
+    Raises Refused: a name that normalises outside the install or outside evidence/ and its one
+    dist-info (`evidence-1.dist-info/../x.pth`, a top-level sitecustomize.py), a .pth anywhere, a
+    dist-info file a wheel does not carry, or a RECORD that does not list exactly the entries."""
+    names = z.namelist()
+    dist = sorted({n.split("/")[0] for n in names if n.split("/")[0].endswith(".dist-info")})
+    if len(dist) != 1 or not re.fullmatch(r"evidence-[A-Za-z0-9_.+!]+\.dist-info", dist[0]):
+        raise Refused(f"the wheel holds the dist-info folder(s) {dist}, not exactly one evidence-<version>.dist-info")
+    di = dist[0]
+    files = []
+    for n in names:
+        parts = n.rstrip("/").split("/")
+        if (n.startswith("/") or "\\" in n or ":" in n or any(p in ("", ".", "..") for p in parts)
+                or any(ord(ch) < 32 for ch in n)):
+            raise Refused(f"the wheel's entry {n!r} is not a plain path inside the package (it could land outside the install)")
+        if parts[0] not in ("evidence", di):
+            raise Refused(f"the wheel's entry {n!r} is not the package's own file (only evidence/ and {di}/ are)")
+        if n.endswith(".pth") or parts[-1].split(".")[0] in ("sitecustomize", "usercustomize"):
+            raise Refused(f"the wheel's entry {n!r} is code the interpreter runs at start-up")
+        if parts[0] == di and not n.endswith("/") and not _dist_info_file(parts[1:]):
+            raise Refused(f"the wheel's entry {n!r} is not a file a dist-info folder carries ({', '.join(sorted(_DIST_INFO_FILES))}, "
+                          "licence texts)")
+        if not n.endswith("/"):
+            files.append(n)
+    if len(set(files)) != len(files):
+        raise Refused("the wheel names one file twice")
+    record = f"{di}/RECORD"
+    if record not in files:
+        raise Refused(f"the wheel has no {record}")
+    rows = {}
+    for row in csv.reader(io.StringIO(z.read(record).decode("utf-8"))):
+        if row:
+            if len(row) != 3 or row[0] in rows:
+                raise Refused(f"{record} has a malformed or repeated row {row!r}")
+            rows[row[0]] = row[1]
+    if set(rows) != set(files):
+        odd = sorted(set(rows) ^ set(files))
+        raise Refused(f"{record} does not list exactly the wheel's files (differs at {', '.join(map(repr, odd[:3]))})")
+    for n in files:
+        if n == record:
+            continue
+        digest = base64.urlsafe_b64encode(hashlib.sha256(z.read(n)).digest()).rstrip(b"=").decode()
+        if rows[n] != f"sha256={digest}":
+            raise Refused(f"{record} gives another hash for {n}")
+    from email.parser import Parser
+
+    meta = Parser().parsestr(z.read(f"{di}/METADATA").decode("utf-8")) if f"{di}/METADATA" in files else None
+    if meta is None or meta.get("Name", "").lower() != "evidence":
+        raise Refused(f"{di}/METADATA does not name the distribution evidence")
+    return di
+
+
+def _requires(z: zipfile.ZipFile, di: str) -> list[str]:
+    from email.parser import Parser
+
+    return Parser().parsestr(z.read(f"{di}/METADATA").decode("utf-8")).get_all("Requires-Dist") or []
+
+
+def _check_lock_names(render: dict, requires: list[str]) -> None:
+    """Every name the lock pins must be one the frozen distribution declares, directly or through what its
+    requirements require (as installed here); an extra name would install whatever the lock's author chose."""
+    from packaging.utils import canonicalize_name
+
+    packages = render.get("packages") or {}
+    if not isinstance(packages, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in packages.items()):
+        raise Refused(f"{LOCK} render.packages is not a table of names and versions")
+    declared = set(_dependency_closure(requires))
+    extra = sorted(n for n in packages if canonicalize_name(n) not in declared)
+    if extra:
+        raise Refused(f"{LOCK} pins {', '.join(map(repr, extra[:5]))}, which the frozen distribution does not declare "
+                      "(directly or through its requirements)")
+
+
+def _bind_wheel(z: zipfile.ZipFile, lock: dict, meta: Any, repos: list[Any]) -> tuple[bool, str]:
+    """Is the wheel exactly the code of a commit a ref of this repository reaches? (True, how) or (False, why not:
+    not bound here). Raises Refused when it claims a commit it is not, or a commit other than the release's."""
+    commit = lock.get("code_commit")
+    if commit is None:
+        return False, "it was built from a checkout with uncommitted changes (lock.json code_commit is null)"
+    if not isinstance(commit, str) or not _COMMIT.fullmatch(commit):
+        raise Refused(f"{LOCK} code_commit {commit!r} is not a commit id")
+    frozen_at = ((meta or {}).get("freeze") or {}).get("code_commit") if isinstance(meta, dict) else None
+    if isinstance(frozen_at, str) and frozen_at != commit and _COMMIT.fullmatch(frozen_at):
+        # the release was frozen in this project's own repository when the commit that froze it holds the package:
+        # then the regenerator must be that commit's code (a later commit's code is not the code that froze it)
+        for repo in repos:
+            if repo is not None and reachable(repo, frozen_at) is not None and _tree_blobs(repo, frozen_at, "evidence/__init__.py"):
+                raise Refused(f"{LOCK} binds the regenerator to commit {commit[:12]}, but release.json says the release "
+                              f"was frozen at commit {frozen_at[:12]} of this code")
+    repo, why = _find(commit, repos)
+    if repo is None:
+        return False, why or ""
+    blobs = _tree_blobs(repo, commit, "evidence")
     if "evidence/__init__.py" not in blobs:
-        return False, f"commit {commit[:12]} holds no evidence package"
+        raise Refused(f"{LOCK} names commit {commit[:12]}, whose tree holds no evidence package")
     seen = set()
-    with zipfile.ZipFile(io.BytesIO(data)) as z:
-        for name in z.namelist():
-            if name.endswith("/") or name.split("/")[0].endswith(".dist-info"):
-                continue
-            body = z.read(name)
-            if blobs.get(name) != hashlib.sha1(b"blob %d\0" % len(body) + body).hexdigest():
-                return False, f"its file {name} is not the file of commit {commit[:12]}"
-            seen.add(name)
+    for name in z.namelist():
+        if name.endswith("/") or not name.startswith("evidence/"):
+            continue  # wheel_entries has admitted only evidence/ and its dist-info
+        body = z.read(name)
+        if blobs.get(name) != hashlib.sha1(b"blob %d\0" % len(body) + body).hexdigest():
+            raise Refused(f"the wheel's file {name} is not the file of commit {commit[:12]}, which {LOCK} names")
+        seen.add(name)
     missing = sorted(p for p in blobs if p.endswith(".py") and p not in seen)
     if missing:
-        return False, f"it lacks {', '.join(missing[:3])} of commit {commit[:12]}"
-    return True, f"its files equal evidence/ at commit {commit[:12]} of this repository"
+        raise Refused(f"the wheel lacks {', '.join(missing[:3])} of commit {commit[:12]}, which {LOCK} names")
+    return True, f"its files equal evidence/ at commit {commit[:12]}, which a branch or tag of this repository reaches"
 
 
-def _equals_running(data: bytes) -> tuple[bool, str]:
+def _equals_running(z: zipfile.ZipFile) -> tuple[bool, str]:
     """Is the wheel the code the auditor is running (e.g. both pip-installed evidence of one version)?
-    Then running it runs nothing the auditor has not already chosen to run."""
+    Then running it runs nothing the auditor has not already chosen to run (wheel_entries has admitted
+    only evidence/ and its dist-info)."""
     import evidence
 
     pkg = Path(evidence.__file__).resolve().parent
-    with zipfile.ZipFile(io.BytesIO(data)) as z:
-        names = [n for n in z.namelist() if n.startswith("evidence/") and not n.endswith("/")]
-        for n in names:
-            here = pkg.parent / n
-            if not here.is_file() or here.read_bytes() != z.read(n):
-                return False, f"nor is it the running evidence ({n} differs)"
+    names = [n for n in z.namelist() if n.startswith("evidence/") and not n.endswith("/")]
+    for n in names:
+        here = pkg.parent / n
+        if not here.is_file() or here.read_bytes() != z.read(n):
+            return False, f"nor is it the running evidence ({n} differs)"
     ours = {p.relative_to(pkg.parent).as_posix() for p in pkg.rglob("*.py") if "__pycache__" not in p.parts}
     missing = sorted(ours - set(names))
     if missing:
@@ -331,145 +483,111 @@ def _equals_running(data: bytes) -> tuple[bool, str]:
     return True, f"its files equal the running evidence ({pkg})"
 
 
-def _repo_with(commit: str, repos: list[Any]) -> Any:
-    import git
-
-    for repo in repos:
-        if repo is None:
-            continue
-        try:
-            repo.git.cat_file("-e", f"{commit}^{{commit}}")  # the object itself, not a lazy reference to it
-            return repo
-        except (ValueError, git.BadName, git.GitCommandError):
-            continue
-    return None
-
-
-def _wheel_env(root: Path, lock_path: Path, repos: list[Any], *, trust: bool) -> RegenEnv:
+def _wheel_env(root: Path, lock_path: Path, meta: Any, repos: list[Any], work: Path, *, unverified: bool) -> RegenEnv:
     try:
         lock = json.loads(lock_path.read_text(encoding="utf-8"))
-        wheel = root / REGEN_DIR / lock["wheel"]
-        want = lock["wheel_sha256"]
+        name, want = lock["wheel"], lock["wheel_sha256"]
         entry = lock.get("entry") or ENTRY
         render = lock.get("render") or {}
+        if not isinstance(name, str) or not isinstance(render, dict):
+            raise TypeError("wheel is not a name or render is not a table")
     except (OSError, ValueError, KeyError, TypeError) as e:
-        return _unavailable(f"{LOCK} is unreadable ({type(e).__name__}: {e})")
-    if "/" in lock["wheel"] or not wheel.is_file():
-        return _unavailable(f"the wheel {lock['wheel']!r} named by {LOCK} is not in {REGEN_DIR}/")
-    data = wheel.read_bytes()
+        raise Refused(f"{LOCK} is unreadable ({type(e).__name__}: {e})")
+    if "/" in name or "\\" in name or name.startswith(".") or not (root / REGEN_DIR / name).is_file():
+        raise Refused(f"the wheel {name!r} named by {LOCK} is not a file in {REGEN_DIR}/")
+    data = (root / REGEN_DIR / name).read_bytes()
     if sha256_bytes(data) != want:
-        return _unavailable(f"{REGEN_DIR}/{lock['wheel']} does not hash to the sha256 {LOCK} gives")
+        raise Refused(f"{REGEN_DIR}/{name} does not hash to the sha256 {LOCK} gives")
     if not re.fullmatch(r"evidence(\.\w+)+:\w+", str(entry)):
-        return _unavailable(f"{LOCK} names the entry point {entry!r}, not a function of the evidence package")
-    bound, why = _bind_wheel(data, lock, repos)
-    if not bound:
-        same, why_same = _equals_running(data)
-        if same:
-            bound, why = True, why_same
-        else:
-            why = f"{why}; {why_same}"
-    if not bound and not trust:
-        return _unavailable(f"the release's regenerator ({lock['wheel']}) cannot be bound to code in this repository: {why}. "
-                            "`--regen-env wheel` runs it anyway (the release's own code, unverified: it could reproduce "
-                            "forged derived files)")
-    bound_by = why if bound else f"not bound to this repository ({why}), run by request (--regen-env wheel)"
-    site = cache_root() / f"wheel-{want[:24]}"
-    if not (site / ".complete").is_file():
-        tmp = Path(tempfile.mkdtemp(prefix=".wheel-", dir=_mkcache()))
-        with zipfile.ZipFile(io.BytesIO(data)) as z:
-            z.extractall(tmp)  # zipfile refuses names outside tmp
-        (tmp / ".complete").write_text("ok\n")
-        _install_dir(tmp, site)
+        raise Refused(f"{LOCK} names the entry point {entry!r}, not a function of the evidence package")
+    try:
+        z = zipfile.ZipFile(io.BytesIO(data))
+    except zipfile.BadZipFile as e:
+        raise Refused(f"{REGEN_DIR}/{name} is not a wheel ({e})")
+    with z:
+        di = wheel_entries(z)
+        _check_lock_names(render, _requires(z, di))
+        bound, why = _bind_wheel(z, lock, meta, repos)
+        if not bound:
+            same, why_same = _equals_running(z)
+            bound, why = (True, why_same) if same else (False, f"{why}; {why_same}")
+        if not bound and not unverified:
+            commit = lock.get("code_commit")
+            return _unavailable(f"the release's own code ({name}) is not bound to this repository: {why}; code from a release "
+                                "runs only when it is exactly the code of a commit a branch or tag here reaches",
+                                _how_for(commit) if isinstance(commit, str) else None)
+        bound_by = why if bound else f"NOT bound to this repository ({why}); run by request ({UNVERIFIED_FLAG})"
+        site = work / "wheel"
+        site.mkdir(parents=True)
+        z.extractall(site)  # every name was checked by wheel_entries
     diffs = lock_differences(render)
     if not diffs:
-        return RegenEnv("wheel", f"the release's own regenerator ({lock['wheel']}: {bound_by}) on {sys.executable}, "
-                        "whose render stack equals the release's lock", pythonpath=str(site), entry=entry)
-    return _venv_env(lock, render, wheel, entry, diffs, bound_by)
-
-
-def _venv_env(lock: dict, render: dict, wheel: Path, entry: str, diffs: list[str], bound_by: str) -> RegenEnv:
+        return RegenEnv("wheel", f"the release's own regenerator ({name}: {bound_by}) on {sys.executable}, "
+                        "whose render stack equals the release's lock", pythonpath=str(site), entry=entry,
+                        unverified=not bound)
     here = ".".join(map(str, sys.version_info[:2]))
     if str(render.get("python", "")).split(".")[:2] != here.split("."):
-        return _unavailable(f"the release's regenerator needs Python {render.get('python')} (this is {here}); "
-                            f"render stack differences: {'; '.join(diffs[:6])}")
-    key = sha256_bytes(dumps({"lock": render, "wheel": lock["wheel_sha256"]}).encode())[:24]
-    venv = cache_root() / f"venv-{key}"
-    py = venv / "bin" / "python"
-    if not (venv / ".complete").is_file():
-        tmp = Path(tempfile.mkdtemp(prefix=".venv-", dir=_mkcache()))
-        pins = [f"{n}=={v}" for n, v in sorted((render.get("packages") or {}).items())]
-        steps = [[sys.executable, "-m", "venv", str(tmp)],
-                 [str(tmp / "bin" / "python"), "-m", "pip", "install", "-q", "--no-deps", str(wheel), *pins]]
-        for cmd in steps:
-            r = subprocess.run(cmd, capture_output=True, text=True)
-            if r.returncode != 0:
-                shutil.rmtree(tmp, ignore_errors=True)
-                return _unavailable(f"could not build an isolated environment from the release's lock (`{' '.join(cmd[:4])} ...` "
-                                    f"exited {r.returncode}: {(r.stderr or r.stdout).strip()[-300:]}); this interpreter "
-                                    f"differs from the lock: {'; '.join(diffs[:6])}")
-        (tmp / ".complete").write_text("ok\n")
-        # a venv's scripts name their folder: it is used where it was built, and renamed only as a whole
-        try:
-            _install_dir(tmp, venv)
-        except OSError:
-            venv = tmp
-        py = venv / "bin" / "python"
-    return RegenEnv("venv", f"the release's own regenerator ({lock['wheel']}: {bound_by}) in an isolated environment built from its "
-                    f"lock ({venv}), since this interpreter differs: {'; '.join(diffs[:4])}",
-                    python=str(py), entry=entry)
+        return _unavailable(f"the release's regenerator needs Python {render.get('python')} (this is {here}); render stack "
+                            f"differences: {'; '.join(diffs[:6])}", f"evidence verify PATH, run with Python {render.get('python')}")
+    if _hashed(render):
+        return _venv_env(lock, render, root / REGEN_DIR / name, entry, diffs, bound_by, work, unverified=not bound)
+    # pip without --require-hashes installs whatever an index serves under a name and version, so a lock without
+    # hashes is never installed: the bound code runs here, and a byte difference names the stack's differences
+    return RegenEnv("wheel", f"the release's own regenerator ({name}: {bound_by}) on {sys.executable}, whose render stack "
+                    f"differs from the release's lock ({'; '.join(diffs[:4])}; the lock records no hashes to install its "
+                    "pins with)", pythonpath=str(site), entry=entry, unverified=not bound)
 
 
-def _commit_env(commit: str, repos: list[Any]) -> RegenEnv:
-    tree = cache_root() / f"commit-{commit}"
-    if not (tree / ".complete").is_file():
-        found = _repo_with(commit, repos)
-        if found is None:
-            return _unavailable(f"the release was frozen at commit {commit[:12]} (release.json freeze.code_commit), before "
-                                "releases carried their regenerator, and that commit is not in this repository "
-                                f"(`git fetch origin {commit}` brings it)")
-        if not _in_tree(found, commit, "evidence/__init__.py"):
-            return _unavailable(f"the release names commit {commit[:12]} as the code that froze it, but that commit's tree "
-                                "holds no evidence package, and the release carries no regenerator of its own")
-        tmp = Path(tempfile.mkdtemp(prefix=".commit-", dir=_mkcache()))
-        try:
-            buf = io.BytesIO()
-            # the code and, where a tree of that time kept them, the report templates beside it
-            paths = [p for p in ("evidence", "templates") if _in_tree(found, commit, p)]
-            found.archive(buf, treeish=commit, format="tar", path=paths)
-            buf.seek(0)
-            with tarfile.open(fileobj=buf) as tf:
-                tf.extractall(tmp, filter="data")
-        except Exception as e:
-            shutil.rmtree(tmp, ignore_errors=True)
-            return _unavailable(f"could not extract commit {commit[:12]}'s tree ({type(e).__name__}: {e})")
-        (tmp / ".complete").write_text("ok\n")
-        _install_dir(tmp, tree)
+def _hashed(render: dict) -> bool:
+    hashes = render.get("hashes")
+    return isinstance(hashes, dict) and bool(render.get("packages")) and all(
+        isinstance(hashes.get(n), str) and re.fullmatch(r"sha256:[0-9a-f]{64}", hashes[n]) for n in render["packages"])
+
+
+def _venv_env(lock: dict, render: dict, wheel: Path, entry: str, diffs: list[str], bound_by: str, work: Path, *,
+              unverified: bool) -> RegenEnv:
+    """A venv in the verify's temporary folder holding the wheel and the lock's pins, each checked against its
+    hash (`pip --require-hashes --no-deps --only-binary :all:`: no resolver, no sdist's build code)."""
+    differ = f"this interpreter differs from the lock: {'; '.join(diffs[:6])}"
+    hashes = render["hashes"]
+    venv = work / "venv"
+    req = work / "requirements.txt"
+    req.write_text("".join(f"{n}=={v} --hash={hashes[n]}\n" for n, v in sorted(render["packages"].items()))
+                   + f"{wheel} --hash=sha256:{lock['wheel_sha256']}\n", encoding="utf-8")
+    steps = [[sys.executable, "-m", "venv", str(venv)],
+             [str(venv / "bin" / "python"), "-m", "pip", "install", "-q", "--no-deps", "--require-hashes",
+              "--only-binary", ":all:", "-r", str(req)]]
+    for cmd in steps:
+        r = subprocess.run(cmd, capture_output=True, text=True)
+        if r.returncode != 0:
+            return _unavailable(f"could not build an isolated environment from the release's lock (`{' '.join(cmd[:4])} ...` "
+                                f"exited {r.returncode}: {(r.stderr or r.stdout).strip()[-300:]}); {differ}", None)
+    return RegenEnv("venv", f"the release's own regenerator ({lock['wheel']}: {bound_by}) in an isolated environment built from "
+                    f"its lock's hashed pins, since {differ}", python=str(venv / "bin" / "python"), entry=entry,
+                    unverified=unverified)
+
+
+def _commit_env(commit: str, repos: list[Any], work: Path) -> RegenEnv:
+    if not _COMMIT.fullmatch(commit):
+        raise Refused(f"release.json freeze.code_commit {commit!r} is not a commit id")
+    found, why = _find(commit, repos)
+    if found is None:
+        return _unavailable(f"the release was frozen at commit {commit[:12]} (release.json freeze.code_commit), before "
+                            f"releases carried their regenerator, and {why}", _how_for(commit))
+    if not _tree_blobs(found, commit, "evidence/__init__.py"):
+        return _unavailable(f"the release names commit {commit[:12]} as the code that froze it, but that commit's tree "
+                            "holds no evidence package, and the release carries no regenerator of its own",
+                            "--regen-env current (this code: bytes may differ if the code changed since the freeze)")
+    tree = work / f"commit-{commit[:12]}"
+    tree.mkdir(parents=True)
+    buf = io.BytesIO()
+    # the code and, where a tree of that time kept them, the report templates beside it
+    paths = [p for p in ("evidence", "templates") if _tree_blobs(found, commit, p)]
+    found.archive(buf, treeish=commit, format="tar", path=paths)
+    buf.seek(0)
+    with tarfile.open(fileobj=buf) as tf:
+        tf.extractall(tree, filter="data")
     legacy = not (tree / "evidence" / "derive.py").is_file()
-    return RegenEnv("commit", f"the code of commit {commit[:12]} that froze the release (git archive into {tree}), "
-                    f"on {sys.executable}", pythonpath=str(tree), driver="legacy" if legacy else "entry")
-
-
-def _in_tree(repo: Any, commit: str, path: str) -> bool:
-    try:
-        repo.commit(commit).tree / path
-        return True
-    except KeyError:
-        return False
-
-
-def _mkcache() -> Path:
-    c = cache_root()
-    c.mkdir(parents=True, exist_ok=True, mode=0o700)
-    return c
-
-
-def _install_dir(tmp: Path, final: Path) -> None:
-    """Move a fully written folder into place; a concurrent verify that got there first wins."""
-    try:
-        os.replace(tmp, final)
-    except OSError:
-        if (final / ".complete").is_file():
-            shutil.rmtree(tmp, ignore_errors=True)
-        else:
-            shutil.rmtree(final, ignore_errors=True)
-            os.replace(tmp, final)
+    return RegenEnv("commit", f"the code of commit {commit[:12]} that froze the release (a branch or tag of this repository "
+                    f"reaches it; git archive into the verify's temporary folder), on {sys.executable}",
+                    pythonpath=str(tree), driver="legacy" if legacy else "entry")

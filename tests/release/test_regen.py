@@ -19,53 +19,30 @@ from pathlib import Path
 import pytest
 
 import evidence
-from evidence.release import layout, metadata, regenerator, verify
+from evidence.release import layout, regenerator, verify
 from rundir_fixtures import build_run
 from conftest import skip_unless_ci
+from regen_fixtures import SDE, RUN_ID, TAG, code_release, git, reseal, rewrite_lock, rewrite_wheel  # noqa: F401 (the shared fixture)
 
-SDE = 1780000000
-TAG = "v1"
-RUN_ID = "fixture-run"
 ROOT = Path(__file__).resolve().parents[2]
 CLI = "import sys; from evidence.cli import main; sys.argv[0] = 'evidence'; main()"
 
 
-def _git(repo: Path, *args: str) -> str:
-    return subprocess.run(["git", *args], cwd=repo, check=True, capture_output=True, text=True).stdout
-
-
-FREEZE = ("import os, sys; from pathlib import Path; from evidence.release.freeze import freeze; "
-          "freeze('v1', [Path('runs/fixture-run')], Path('.'))")
+_git = git
 
 
 @pytest.fixture(scope="module")
-def frozen(tmp_path_factory):
-    """An evidence repository freezing its own run, as the real one does: the package is committed in
-    it and freeze runs from that checkout, so the wheel is bound to a commit of the repository."""
-    base = tmp_path_factory.mktemp("regen")
-    repo = base / "repo"
-    repo.mkdir()
-    _git(repo, "init", "-q", "-b", "main")
-    for k, v in (("user.email", "a@example.org"), ("user.name", "A"), ("commit.gpgsign", "false"), ("tag.gpgsign", "false")):
-        _git(repo, "config", k, v)
-    (repo / ".gitignore").write_text("runs/\n__pycache__/\n")
-    src = Path(evidence.__file__).resolve().parent
-    shutil.copytree(src, repo / "evidence", ignore=shutil.ignore_patterns("__pycache__"))
-    for name in ("pyproject.toml", "README.md"):
-        shutil.copyfile(src.parent / name, repo / name)
-    _git(repo, "add", ".")
-    _git(repo, "commit", "-q", "-m", "the code")
-    build_run(repo / "runs", run_id=RUN_ID)
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    env.update(PYTHONPATH=str(repo), SOURCE_DATE_EPOCH=str(SDE), PYTHONDONTWRITEBYTECODE="1")
-    r = subprocess.run([sys.executable, "-P", "-c", FREEZE], cwd=repo, env=env, capture_output=True, text=True)
-    assert r.returncode == 0, r.stderr
-    return repo
+def frozen(code_release):  # noqa: F811 (the imported fixture)
+    """An evidence repository freezing its own run, as the real one does (regen_fixtures.code_release)."""
+    return code_release
 
 
 def _copy(frozen: Path, tmp_path: Path) -> Path:
+    """A copy of the repository without the release's tag (as a clone that did not fetch it): an edited
+    release then passes every check before regeneration, which is what these tests are about."""
     repo = tmp_path / "repo"
     shutil.copytree(frozen, repo, symlinks=True)
+    git(repo, "tag", "-d", TAG)
     return repo / "releases" / TAG
 
 
@@ -120,28 +97,20 @@ def test_old_release_stays_valid_through_its_own_regenerator_after_the_analysis_
     assert own["regen_env"]["kind"] == "wheel" and "its files equal evidence/ at commit" in own["regen_env"]["describe"]
     assert all(_status(own)[f"regen.{r}"] == "pass" for r in ("analysis", "figures", "report"))
     assert "the release's own regenerator" in next(c for c in own["checks"] if c["id"] == "regen.report")["message"]
+    assert own["exit_code"] == 0 and own["regeneration"]["state"] == "checked"
 
 
-def _rewrite_lock(rel: Path, **changes) -> None:
-    lock = json.loads((rel / regenerator.LOCK).read_text())
-    lock.update(changes)
-    (rel / regenerator.LOCK).write_text(json.dumps(lock))
-    metadata.seal(rel, json.loads((rel / layout.RELEASE_JSON).read_text()))
+_rewrite_lock = rewrite_lock
 
 
 def _edit_wheel(rel, name: str, extra: bytes) -> None:
-    """Append bytes to one file of the release's wheel and reseal the lock's digest."""
+    """Append bytes to one file of the release's wheel (RECORD agreeing) and reseal the lock's digest."""
     import zipfile
 
     lock = json.loads((rel / regenerator.LOCK).read_text())
-    wheel = rel / regenerator.REGEN_DIR / lock["wheel"]
-    edited = wheel.with_suffix(".edited")
-    with zipfile.ZipFile(wheel) as zin, zipfile.ZipFile(edited, "w") as zout:
-        for item in zin.infolist():
-            body = zin.read(item)
-            zout.writestr(item, body + extra if item.filename == name else body)
-    shutil.move(edited, wheel)
-    _rewrite_lock(rel, wheel_sha256=hashlib.sha256(wheel.read_bytes()).hexdigest())
+    with zipfile.ZipFile(rel / regenerator.REGEN_DIR / lock["wheel"]) as z:
+        body = z.read(name)
+    rewrite_wheel(rel, {name: body + extra})
 
 
 def test_a_wheel_equal_to_the_running_code_is_bound_without_a_commit(frozen, tmp_path):
@@ -159,39 +128,33 @@ def test_an_unbound_wheel_is_not_run_unless_asked(frozen, tmp_path):
     _rewrite_lock(rel, code_commit=None)
     _edit_wheel(rel, "evidence/derive.py", b"\n# not the running code, not a commit's\n")
     rep = verify.verify(rel)
-    c = rep.by_id()["regen.analysis"]
-    assert c.status == "fail" and "cannot be bound" in c.message and "--regen-env wheel" in c.message
-    asked = verify.verify(rel, regen_env="wheel")
-    assert asked.regen_env["kind"] == "wheel" and "run by request" in asked.regen_env["describe"]
-    assert all(x.status == "pass" for x in asked.checks if x.id.startswith("regen."))
+    c = rep.by_id()["regen.code"]
+    assert c.status == "skip" and "not checked" in c.message and "not bound to this repository" in c.message
+    assert rep.exit_code == 3 and rep.regeneration["state"] == "not checked"
+    assert all(x.status == "skip" for x in rep.checks if x.id.startswith("regen."))
+    asked = verify.verify(rel, regen_env="unverified")  # --run-unverified-code
+    assert asked.regen_env["kind"] == "wheel" and asked.regen_env["unverified"]
+    assert "run by request (--run-unverified-code)" in asked.regen_env["describe"]
+    assert all(x.status == "pass" for x in asked.checks if x.id.startswith("regen.") and x.id != "regen.code")
+    assert asked.exit_code == 3 and asked.regeneration["state"] == "unverified"  # never VALID
 
 
 def test_a_forged_wheel_is_refused(frozen, tmp_path):
     """A forger ships a regenerator that reproduces forged derived files: its bytes are not the code of
     the commit it names, so verify does not run it."""
-    import zipfile
-
     rel = _copy(frozen, tmp_path)
-    lock = json.loads((rel / regenerator.LOCK).read_text())
-    wheel = rel / regenerator.REGEN_DIR / lock["wheel"]
-    forged = tmp_path / "forged.whl"
-    with zipfile.ZipFile(wheel) as zin, zipfile.ZipFile(forged, "w") as zout:
-        for item in zin.infolist():
-            body = zin.read(item)
-            if item.filename == "evidence/derive.py":
-                body += b"\n# reproduces whatever the release holds\n"
-            zout.writestr(item, body)
-    shutil.copyfile(forged, wheel)
-    _rewrite_lock(rel, wheel_sha256=hashlib.sha256(wheel.read_bytes()).hexdigest())
-    c = verify.verify(rel).by_id()["regen.report"]
+    _edit_wheel(rel, "evidence/derive.py", b"\n# reproduces whatever the release holds\n")
+    rep = verify.verify(rel)
+    c = rep.by_id()["regen.code"]
     assert c.status == "fail" and "evidence/derive.py is not the file of commit" in c.message
+    assert rep.by_id()["regen.report"].status == "skip" and rep.exit_code == 1
 
 
 def test_tampered_derived_file_fails_through_the_own_regenerator(frozen, tmp_path):
     rel = _copy(frozen, tmp_path)
     f = rel / f"data/analysis/{RUN_ID}/points.csv"
     f.write_text(f.read_text().replace("1", "2", 1))
-    metadata.seal(rel, json.loads((rel / layout.RELEASE_JSON).read_text()))
+    reseal(rel)
     rep = verify.verify(rel, repo=None)
     by = rep.by_id()
     assert by["regen.analysis"].status == "fail" and by["regen.analysis"].path == f"data/analysis/{RUN_ID}/points.csv"
@@ -203,18 +166,19 @@ def _drop_regenerator(rel: Path, commit: str | None) -> None:
     shutil.rmtree(rel / regenerator.REGEN_DIR)
     meta = json.loads((rel / layout.RELEASE_JSON).read_text())
     meta["freeze"]["code_commit"] = commit
-    metadata.seal(rel, meta)
+    reseal(rel, meta)
 
 
 def test_no_regenerator_and_the_commit_not_here_says_what_could_not_be_done(frozen, tmp_path):
     rel = _copy(frozen, tmp_path)
     _drop_regenerator(rel, "0" * 40)
     rep = verify.verify(rel, repo=None)
-    for r in ("analysis", "figures", "report"):
+    for r in ("code", "analysis", "figures", "report"):
         c = rep.by_id()[f"regen.{r}"]
-        assert c.status == "fail" and "0000000000" in c.message and "not in this repository" in c.message
-        assert "git fetch origin" in c.message
-    assert rep.regen_env["kind"] == "unavailable"
+        assert c.status == "skip" and "0000000000" in c.message and "not in this repository" in c.message
+        assert "not checked" in c.message and "git fetch" not in c.message  # a fetch by id may bring a fork's commit
+    assert rep.regen_env["kind"] == "unavailable" and rep.exit_code == 3
+    assert rep.regeneration["how"].startswith("evidence verify --repo ")
     # skipping is explicit only
     assert all(rep2.status == "skip" for rep2 in verify.verify(rel, regen=False).checks if rep2.id.startswith("regen."))
 
@@ -233,13 +197,13 @@ def test_no_regenerator_regenerates_from_the_commit_that_froze_it_or_says_why_no
     _git(repo, "commit", "-q", "-m", "no code")
     _drop_regenerator_meta(rel, _git(repo, "rev-parse", "HEAD").strip())
     c = verify.verify(rel).by_id()["regen.figures"]
-    assert c.status == "fail" and "holds no evidence package" in c.message
+    assert c.status == "skip" and "holds no evidence package" in c.message
 
 
 def _drop_regenerator_meta(rel: Path, commit: str) -> None:
     meta = json.loads((rel / layout.RELEASE_JSON).read_text())
     meta["freeze"]["code_commit"] = commit
-    metadata.seal(rel, meta)
+    reseal(rel, meta)
 
 
 def test_a_lock_for_another_python_is_refused_with_the_reason(frozen, tmp_path):
@@ -247,20 +211,28 @@ def test_a_lock_for_another_python_is_refused_with_the_reason(frozen, tmp_path):
     lock = json.loads((rel / regenerator.LOCK).read_text())
     lock["render"]["python"] = "3.9.0"
     (rel / regenerator.LOCK).write_text(json.dumps(lock))
-    metadata.seal(rel, json.loads((rel / layout.RELEASE_JSON).read_text()))
-    c = verify.verify(rel).by_id()["regen.analysis"]
-    assert c.status == "fail" and "needs Python 3.9.0" in c.message
+    reseal(rel)
+    rep = verify.verify(rel)
+    c = rep.by_id()["regen.analysis"]
+    assert c.status == "skip" and "needs Python 3.9.0" in c.message and rep.exit_code == 3
 
 
-def test_committed_release_regenerates_through_the_commit_that_froze_it():
-    rel = ROOT / "releases" / "article1-h200-v1.0"
+@pytest.mark.parametrize("name, kind", [("article1-h200-v1.0", "commit"), ("article1-h200-v1.1", "wheel")])
+def test_committed_release_regenerates_through_its_own_code(name, kind):
+    """v1.0 (no regenerator) through the commit that froze it, v1.1 through its wheel, bound to a commit a
+    branch of this clone reaches: VALID with regeneration, tags or not (issue 22)."""
+    rel = ROOT / "releases" / name
     if not rel.is_dir():
         skip_unless_ci("the committed release is not in this checkout")
     rep = verify.verify(rel)
     by = rep.by_id()
-    assert rep.regen_env["kind"] == "commit", rep.regen_env
+    assert rep.regen_env["kind"] == kind, rep.regen_env
+    assert by["regen.code"].status == "pass" and "a branch or tag of this repository reaches" in by["regen.code"].message
     assert all(by[f"regen.{r}"].status == "pass" for r in ("analysis", "figures", "report")), \
         [(c.id, c.message) for c in rep.checks if c.id.startswith("regen.")]
+    # v1.0 was frozen before releases carried an index page: nothing release-level to regenerate
+    assert by["regen.release"].status == ("skip" if name.endswith("v1.0") else "pass"), by["regen.release"].message
+    assert rep.exit_code == 0 and rep.regeneration["state"] == "checked", [(c.id, c.message) for c in rep.failed]
 
 
 def test_derive_is_the_three_functions_in_one_pass(tmp_path, monkeypatch):
@@ -296,21 +268,17 @@ def test_report_never_writes_into_a_release(frozen, tmp_path):
     assert (tmp_path / "out" / "report" / "report.html").is_file()
 
 
-def test_a_lock_this_interpreter_does_not_match_regenerates_in_an_isolated_environment(frozen, tmp_path, monkeypatch):
-    """The lock pins another cycler: verify builds a venv from the lock (pip; cached per lock) and regenerates
-    there. Without a package index it must say it could not build one, never pass silently."""
-    monkeypatch.setenv("EVIDENCE_REGEN_CACHE", str(tmp_path / "cache"))
+def test_a_lock_without_hashes_is_never_installed(frozen, tmp_path):
+    """The lock pins another cycler and records no hashes: pip would install whatever an index serves under
+    that name, so nothing is installed; the bound code runs on this interpreter and says how it differs."""
     rel = _copy(frozen, tmp_path)
     lock = json.loads((rel / regenerator.LOCK).read_text())
     here = lock["render"]["packages"]["cycler"]
     lock["render"]["packages"]["cycler"] = "0.12.0" if here != "0.12.0" else "0.12.1"
     (rel / regenerator.LOCK).write_text(json.dumps(lock))
-    metadata.seal(rel, json.loads((rel / layout.RELEASE_JSON).read_text()))
+    reseal(rel)
     rep = verify.verify(rel, repo=None)
-    st = {c.id: c for c in rep.checks if c.id.startswith("regen.")}
-    if rep.regen_env["kind"] == "venv":
-        assert all(c.status == "pass" for c in st.values()), {k: c.message for k, c in st.items()}
-        assert "cycler" in rep.regen_env["describe"] and str(tmp_path / "cache") in rep.regen_env["python"]
-    else:
-        assert rep.regen_env["kind"] == "unavailable"
-        assert all(c.status == "fail" and "could not build an isolated environment" in c.message for c in st.values())
+    assert rep.regen_env["kind"] == "wheel" and "cycler" in rep.regen_env["describe"]
+    assert "records no hashes" in rep.regen_env["describe"]
+    assert all(c.status == "pass" for c in rep.checks if c.id.startswith("regen.")), \
+        {c.id: c.message for c in rep.checks if c.id.startswith("regen.")}

@@ -31,6 +31,7 @@ from evidence import canon
 from evidence import secrets
 from evidence.release import archive, freeze, layout, manifest, metadata, verify
 from evidence.release import files as rfiles
+from regen_fixtures import reseal as reseal_with_archive
 from rundir_fixtures import build_run, default_provenance, demo_spec
 
 SDE = 1780000000  # 2026-05-28
@@ -106,15 +107,16 @@ RAW_REQ = f"data/raw/{RUN_ID}/trials/r1-c4/requests.jsonl"
 
 def test_untouched_release_passes_every_check(frozen):
     rel = frozen["repo"] / "releases" / TAG
-    # the fixture freezes with the checkout under test, which may hold uncommitted changes: its wheel is then
-    # not bound to a commit, and runs only when asked (binding is tested in test_regen.py)
-    rep = verify.verify(rel, regen_env="wheel")
+    # the fixture freezes with the checkout under test: its wheel is the code of that checkout's commit, or, with
+    # uncommitted changes, equal to the running code (binding is tested in test_regen.py)
+    rep = verify.verify(rel)
     assert [c.id for c in rep.checks] == list(verify.CHECK_IDS)  # all checks, every time, stable order
     status = {c.id: c.status for c in rep.checks}
     assert rep.exit_code == 0, [(c.id, c.message, c.findings[:2]) for c in rep.failed]
     assert status.pop("archive.members") == "skip"  # a folder, not an archive
     assert status.pop("git.head") == "skip"  # the tag is here: git.files compares with the tagged commit
     assert set(status.values()) == {"pass"}, status
+    assert rep.regeneration["state"] == "checked"
 
 
 def test_stock_bagit_validates(frozen):
@@ -456,11 +458,18 @@ def test_tampered_figures_fail_regeneration(work):
     im2 = Image.open(b)
     im2.load()
     im2.save(b, format="PNG", compress_level=1)  # same pixels, other bytes
-    reseal(work["rel"])
-    rep = verify.verify(work["rel"], regen_env="wheel")  # see test_untouched_release_passes_every_check
+    reseal_with_archive(work["rel"])
+    # with the tag here, git.files fails, and the release's code is not run at all (cheap checks first)
+    gated = verify.verify(work["rel"])
+    assert "git.files" in failed(gated) and not any(c.startswith("regen.") for c in failed(gated))
+    assert all(c.status == "skip" and "earlier check(s) failed (" in c.message and "git.files" in c.message
+               for c in gated.checks if c.id.startswith("regen."))
+    assert gated.regeneration["state"] == "not run" and gated.exit_code == 1
+    # a copy without the tag (a clone that did not fetch it): regeneration runs and catches both figures
+    _git(work["repo"], "tag", "-d", TAG)
+    rep = verify.verify(work["rel"])  # see test_untouched_release_passes_every_check
     got = failed(rep)
-    assert "regen.figures" in got and "git.files" in got
-    assert {"fixity.payload", "fixity.tag", "metadata.agrees"}.isdisjoint(got)
+    assert got == {"regen.figures"}
     assert rep.by_id()["regen.analysis"].status == "pass"
     msgs = {Path(f.path).name: f.message for f in rep.by_id()["regen.figures"].findings}
     assert "pixels differ" in msgs[a.name] and "pixels are identical" in msgs[b.name]

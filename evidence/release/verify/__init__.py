@@ -25,8 +25,9 @@ def verify(path: str | Path, *, repo: Any = None, regen: bool = True, workers: i
     """Run every check on a release folder or a release .tar; returns the report (never raises for a
     failed check). Raises ReleaseError (exit 2) when the path cannot be verified at all.
 
-    regen_env: "auto" regenerates with the release's own regenerator (see release/regenerator.py),
-    "current" with this code. phases: where progress goes (one bar per phase). require_tag: a release
+    regen_env: "auto" regenerates with the release's own regenerator when it is bound to this repository
+    (see release/regenerator.py), "current" with this code, "unverified" with the release's own code even
+    when unbound (--run-unverified-code: never VALID, exit 3 at best). phases: where progress goes (one bar per phase). require_tag: a release
     tag absent from the repository (or no repository) fails git.tag instead of passing with a note."""
     if regen_env not in ENV_MODES:
         raise ReleaseError(f"unknown regeneration environment {regen_env!r}; known: {', '.join(ENV_MODES)}.")
@@ -59,15 +60,20 @@ def verify(path: str | Path, *, repo: Any = None, regen: bool = True, workers: i
                 if root is None and cid != "archive.members":
                     results.append(CheckResult(cid, title, "skip", "the archive was rejected: nothing was extracted"))
                     continue
+                if cid.startswith("regen.") and ctx.gate_failures is None:
+                    # the release's code runs only after every fixity, completeness, path, schema and tag check passed
+                    ctx.gate_failures = [r.id for r in results if r.status == "fail"]
                 try:
                     status, message, findings = fn(ctx)
                 except Exception as e:  # a check that cannot run is a failure, never a silent pass
                     status, message, findings = "fail", f"the check could not run: {type(e).__name__}: {e}", []
                 results.append(CheckResult(cid, title, status, message, findings))
+            env = ctx.regen_env().as_dict() if ctx.regen_started else None
+            regeneration = ctx.regeneration() if root is not None else None
         finally:
             ctx.close()
-        env = ctx.regen_result()[0].as_dict() if ctx.regen_started else None
-        return VerifyReport(str(path), str(root) if root is not None and not is_archive else None, ctx.tag, results, env, ctx.notes)
+        return VerifyReport(str(path), str(root) if root is not None and not is_archive else None, ctx.tag, results, env,
+                            ctx.notes, regeneration)
     finally:
         if tmp is not None:
             tmp.cleanup()

@@ -9,7 +9,6 @@ import os
 import re
 import tempfile
 import threading
-from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
@@ -20,7 +19,7 @@ from evidence.release.layout import (BAG_INFO, DERIVED_ROLES, MANIFEST, PAYLOAD_
 from evidence.release.manifest import ManifestEntry, parse_manifest
 from evidence.release.progress import NoPhases, Phases
 from evidence.release.regen import run_regeneration
-from evidence.release.regenerator import RegenEnv, resolve
+from evidence.release.regenerator import UNVERIFIED_FLAG, RegenEnv, resolve
 
 
 @dataclass
@@ -57,6 +56,7 @@ class VerifyReport:
     checks: list[CheckResult]
     regen_env: dict | None = None  # which code and interpreter regenerated (RegenEnv.as_dict()), when regeneration ran
     notes: list[str] = field(default_factory=list)  # what was not checked, said beside the verdict
+    regeneration: dict | None = None  # {"state", "why", "how"}: whether regeneration was checked, and how it could be
 
     @property
     def failed(self) -> list[CheckResult]:
@@ -67,8 +67,17 @@ class VerifyReport:
         return not self.failed
 
     @property
+    def regen_unchecked(self) -> bool:
+        """Every check passed or was skipped, but regeneration was asked for and not checked by trusted code."""
+        return (self.regeneration or {}).get("state") in ("not checked", "unverified")
+
+    @property
     def exit_code(self) -> int:
-        return 0 if self.ok else 1
+        """0 valid; 1 a check failed; 3 every other check passed but regeneration was not checked (not possible
+        here, or run with the release's own unverified code). 2 (could not verify at all) is a ReleaseError."""
+        if not self.ok:
+            return 1
+        return EXIT_REGEN_UNCHECKED if self.regen_unchecked else 0
 
     def by_id(self) -> dict[str, CheckResult]:
         return {c.id: c for c in self.checks}
@@ -77,7 +86,10 @@ class VerifyReport:
         counts = {s: sum(1 for c in self.checks if c.status == s) for s in ("pass", "fail", "skip")}
         return printable_tree({"path": self.path, "release_dir": self.release_dir, "tag": self.tag, "ok": self.ok,
                                "exit_code": self.exit_code, "counts": counts, "regen_env": self.regen_env, "notes": self.notes,
-                               "checks": [c.as_dict() for c in self.checks]})
+                               "regeneration": self.regeneration, "checks": [c.as_dict() for c in self.checks]})
+
+
+EXIT_REGEN_UNCHECKED = 3
 
 
 class VerifyContext:
@@ -102,14 +114,12 @@ class VerifyContext:
         self.repo, self.repo_error = self._repo(repo)
         self.path_problems_cache: dict[str, list[Finding]] | None = None
         self.regen_env_mode = regen_env
+        # regeneration runs the release's own code: only after every cheap check has passed (verify sets
+        # gate_failures before the regen.* checks), resolved and run on first use, in this temporary folder
+        self.gate_failures: list[str] | None = None
         self._regen_tmp: tempfile.TemporaryDirectory | None = None
-        self._regen_pool: ThreadPoolExecutor | None = None
-        self._regen_future: Future | None = None
-        if regen and root is not None:
-            # regeneration (the slow part, one process per run) starts now and runs while the files are hashed
-            self._regen_tmp = tempfile.TemporaryDirectory(prefix="evidence-regen-")
-            self._regen_pool = ThreadPoolExecutor(max_workers=1)
-            self._regen_future = self._regen_pool.submit(self._regenerate)
+        self._env: RegenEnv | None = None
+        self._regen_out: dict[str, dict[str, Path | Exception]] | None = None
         self.digests: dict[str, FileDigest | OSError] = {}
         # path -> why it was not hashed: decided from names and sizes alone, before anything is read
         self.unhashed: dict[str, str] = self._refused() if root is not None else {}
@@ -208,41 +218,86 @@ class VerifyContext:
     def payload_files(self) -> list[str]:
         return [p for p in self.inv.files if p.startswith(PAYLOAD_DIR + "/")]
 
-    def _regenerate(self) -> tuple[RegenEnv, dict[str, dict[str, Path | Exception]]]:
-        code_repo = None
-        with contextlib.suppress(Exception):
-            import git
+    def _work(self) -> Path:
+        if self._regen_tmp is None:
+            self._regen_tmp = tempfile.TemporaryDirectory(prefix="evidence-regen-")
+        return Path(self._regen_tmp.name)
 
-            code_repo = git.Repo(Path(__file__).resolve().parent, search_parent_directories=True)
-        self.phases.start("regen-env", "preparing the regenerating environment")
-        try:
-            env = resolve(self.regen_env_mode, self.root, self.meta, [self.repo, code_repo])
-        except Exception as e:  # said by the regen.* checks, never a traceback
-            env = RegenEnv("unavailable", "none", error=f"could not prepare it ({type(e).__name__}: {e})")
-        self.phases.finish("regen-env", f"regenerating with: {env.kind}")
-        if env.error:
-            return env, {}
-        sde = dig(self.meta, "freeze", "source_date_epoch") if isinstance(self.meta, dict) else None
-        jobs = {}
-        for rid in self.run_ids():
-            raw = self.root / payload_path("raw", rid)
-            if raw.is_dir() and not raw.is_symlink():
-                jobs[rid] = raw
-        assert self._regen_tmp is not None
-        try:
-            return env, run_regeneration(jobs, Path(self._regen_tmp.name), sde=sde if isinstance(sde, int) else None,
-                                         env=env, phases=self.phases)
-        except Exception as e:  # e.g. the interpreter cannot be started: every role of every run says why
-            return env, {rid: {role: e for role in DERIVED_ROLES} for rid in jobs}
+    def regen_env(self) -> RegenEnv:
+        """The regenerating environment (resolved once; runs nothing from the release)."""
+        if self._env is None:
+            code_repo = None
+            with contextlib.suppress(Exception):
+                import git
+
+                code_repo = git.Repo(Path(__file__).resolve().parent, search_parent_directories=True)
+            self.phases.start("regen-env", "preparing the regenerating environment")
+            try:
+                self._env = resolve(self.regen_env_mode, self.root, self.meta, [self.repo, code_repo], self._work() / "code")
+            except Exception as e:  # said by regen.code, never a traceback
+                self._env = RegenEnv("refused", "none", error=f"could not prepare it ({type(e).__name__}: {e})")
+            self.phases.finish("regen-env", f"regenerating with: {self._env.kind}")
+        return self._env
+
+    @property
+    def regen_blocked(self) -> str | None:
+        """Why regeneration does not run (None: it runs): not asked for, an earlier check failed, or the code
+        is refused or not bound here."""
+        if not self.regen_enabled:
+            return "regeneration not asked for (--no-regen)"
+        if self.root is None:
+            return "no release folder"
+        if self.gate_failures:
+            return (f"regeneration not run: {len(self.gate_failures)} earlier check(s) failed "
+                    f"({', '.join(self.gate_failures[:6])}); code from a release runs only after every other check has passed")
+        env = self.regen_env()
+        if env.kind == "refused":
+            return f"regeneration refused: {env.error}"
+        if env.kind == "unavailable":
+            return f"regeneration not checked: {env.error}" + (f". To check it: {env.how}" if env.how else "")
+        return None
 
     def regen_result(self) -> tuple[RegenEnv, dict[str, dict[str, Path | Exception]]]:
-        """(the environment that regenerated, run id -> role -> output folder or exception); waits for it."""
-        assert self._regen_future is not None, "regeneration was not asked for"
-        return self._regen_future.result()
+        """(the environment that regenerated, run id -> role -> output folder or exception); regenerates on
+        first use. Only for a caller that has seen regen_blocked be None."""
+        env = self.regen_env()
+        assert self.regen_blocked is None, self.regen_blocked
+        if self._regen_out is None:
+            sde = dig(self.meta, "freeze", "source_date_epoch") if isinstance(self.meta, dict) else None
+            jobs = {}
+            for rid in self.run_ids():
+                raw = self.root / payload_path("raw", rid)
+                if raw.is_dir() and not raw.is_symlink():
+                    jobs[rid] = raw
+            try:
+                self._regen_out = run_regeneration(jobs, self._work() / "runs", sde=sde if isinstance(sde, int) else None,
+                                                   env=env, phases=self.phases, workers=self.workers)
+            except Exception as e:  # e.g. the interpreter cannot be started: every role of every run says why
+                self._regen_out = {rid: {role: e for role in DERIVED_ROLES} for rid in jobs}
+        return env, self._regen_out
 
     @property
     def regen_started(self) -> bool:
-        return self._regen_future is not None
+        return self._env is not None
+
+    def regeneration(self) -> dict | None:
+        """For the report: whether regeneration was checked ("checked", "unverified", "not checked", "refused",
+        "not run", "not asked"), why not, and the command that would check it."""
+        if not self.regen_enabled:
+            return {"state": "not asked", "why": "--no-regen", "how": None}
+        if self.root is None:
+            return None
+        if self.gate_failures:
+            return {"state": "not run", "why": self.regen_blocked, "how": None}
+        env = self.regen_env()
+        if env.kind == "refused":
+            return {"state": "refused", "why": env.error, "how": None}
+        if env.kind == "unavailable":
+            return {"state": "not checked", "why": env.error, "how": env.how}
+        if env.unverified:
+            return {"state": "unverified", "why": f"the release's own code, not bound to this repository, ran by request "
+                    f"({UNVERIFIED_FLAG}): it could reproduce forged derived files", "how": None}
+        return {"state": "checked", "why": None, "how": None}
 
     def regen(self) -> dict[str, dict[str, Path | Exception]]:
         return self.regen_result()[1]
@@ -253,8 +308,6 @@ class VerifyContext:
         return sorted((raw | {x for x in listed if isinstance(x, str)}), key=path_key)
 
     def close(self) -> None:
-        if self._regen_pool is not None:
-            self._regen_pool.shutdown(wait=True)
         if self._regen_tmp is not None:
             self._regen_tmp.cleanup()
 

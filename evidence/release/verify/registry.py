@@ -1,5 +1,6 @@
 """The checks `verify` runs, in the order it runs them: cheap structural checks first (as bagit-python's
-`Bag.validate` does), then fixity, metadata, git, and regeneration last. Ids and order are stable:
+`Bag.validate` does), then fixity, metadata, git, and regeneration last: it runs the release's own code, so it runs only
+when every check before it has passed (verify/__init__.py sets the gate). Ids and order are stable:
 scripts and published verify outputs name them."""
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ ORDER: tuple[CheckFn, ...] = (
     metadata.canonical,
     metadata.schema,
     metadata.agrees,
+    regen.metadata_steps,
     metadata.provenance,
     git.git_name,
     git.git_tag,
@@ -42,6 +44,7 @@ ORDER: tuple[CheckFn, ...] = (
     git.git_message,
     git.git_files,
     git.git_head,
+    regen.regen_code,
     regen.regen_analysis,
     regen.regen_figures,
     regen.regen_report,

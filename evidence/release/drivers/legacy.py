@@ -3,14 +3,21 @@
 argv: ws work sde run_id (ws: the raw files already copied to work/<run-id>). Standard library only:
 see drivers/__init__.py."""
 
-import json, os, sys
+import json
+import os
+import sys
 from pathlib import Path
 
 ws, work, sde, run_id = sys.argv[1:5]
 ws = Path(ws)
 if sde:
     os.environ["SOURCE_DATE_EPOCH"] = sde
-say = lambda s: print(json.dumps({"step": s}), flush=True)
+
+
+def say(s):
+    print(json.dumps({"step": s}), flush=True)
+
+
 roles = ("analysis", "figures", "report")
 err = {}
 for r in roles:

@@ -187,7 +187,8 @@ class TelemetrySampler:
     """
 
     def __init__(self, base_url: str, interval_s: float = 0.25, timeout_s: float = 5.0,
-                 wanted: dict[str, str] = WANTED, headers: dict[str, str] | None = None, gpu: bool = True):
+                 wanted: dict[str, str] = WANTED, headers: dict[str, str] | None = None, gpu: bool = True,
+                 host: Any = None):
         import aiohttp
 
         from evidence.loadgen.gpu import GpuReader
@@ -210,6 +211,8 @@ class TelemetrySampler:
         self._stop = asyncio.Event()
         # GPU utilization, power, SM clock and memory ride on each sample (evidence.loadgen.gpu)
         self.gpu = GpuReader() if gpu else None
+        # the engine's processes by role, the client and the host ride on each sample too (evidence.loadgen.host)
+        self.host = host
 
     async def _scrape(self) -> dict[str, float] | None:
         pc = time.perf_counter
@@ -234,6 +237,8 @@ class TelemetrySampler:
         d.update(vals)
         if self.gpu is not None:
             d.update(self.gpu.read())
+        if self.host is not None:
+            d.update(self.host.read())
         return d
 
     async def probe(self) -> str | None:
@@ -317,4 +322,5 @@ class TelemetrySampler:
             "aggregation": "sum over label sets; mean for " + ", ".join(sorted(MEAN_KEYS)),
             "t_s": "midpoint of the scrape, seconds since t0 (perf_counter)",
             "gpu": self.gpu.meta() if self.gpu is not None else {"enabled": False, "reason": "not asked for"},
+            **({"host": self.host.meta()} if self.host is not None else {}),
         }

@@ -81,6 +81,10 @@ class TrialConfig:
     endpoint: str = "/v1/completions"
     telemetry: bool = True
     telemetry_interval_s: float = 0.25
+    # The engine's local processes (evidence.engines.base.ProcessRoles), or why there are none; with telemetry
+    # on, host telemetry (evidence.loadgen.host) rides on each sample and the speed probe runs around the trial.
+    processes: Any = field(default=None, repr=False, compare=False)
+    host_telemetry: bool = True
     read_bufsize: int = READ_BUFSIZE
     freeze_gc: bool = True
     normalize_schedule: bool = True
@@ -260,8 +264,14 @@ async def run_trial_async(config: TrialConfig, *,
     sampler: TelemetrySampler | None = None
     tele_reason: str | None = "telemetry disabled by the caller"
     if c.telemetry:
-        sampler = TelemetrySampler(base, c.telemetry_interval_s, headers=headers)
+        host = None
+        if c.host_telemetry:
+            from evidence.loadgen.host import HostReader
+            host = HostReader(c.processes)
+        sampler = TelemetrySampler(base, c.telemetry_interval_s, headers=headers, host=host)
         tele_reason = await sampler.probe()
+        if tele_reason is None and host is not None:
+            host.run_probe("before")  # before t0: never inside the measured window
     callback_errors: list[str] = []
     sem = asyncio.Semaphore(max_concurrency) if max_concurrency else None
     frozen = False
@@ -342,6 +352,8 @@ async def run_trial_async(config: TrialConfig, *,
         t_end = time.perf_counter()
         cpu1 = time.process_time()
         ended_unix = time.time()
+        if sampler is not None and tele_reason is None and sampler.host is not None:
+            sampler.host.run_probe("after")
     finally:
         if stop_task is not None:
             stop_task.cancel()

@@ -352,8 +352,6 @@ async def run_trial_async(config: TrialConfig, *,
         t_end = time.perf_counter()
         cpu1 = time.process_time()
         ended_unix = time.time()
-        if sampler is not None and tele_reason is None and sampler.host is not None:
-            sampler.host.run_probe("after")
     finally:
         if stop_task is not None:
             stop_task.cancel()
@@ -367,6 +365,8 @@ async def run_trial_async(config: TrialConfig, *,
             await sampler.close()
         if own_session:
             await sess.close()
+    if sampler is not None and tele_reason is None and sampler.host is not None:
+        sampler.host.run_probe("after")  # once the last sample is taken: its CPU is in no interval
     if interrupted is not None:
         records = [r for k, r in enumerate(records) if state[k] == 2]
         n = len(records)

@@ -19,8 +19,10 @@ sample also carries (keys absent where the platform cannot show them; `HostReade
 
 Roles come from the process tree the engine adapter started (`ProcessRoles` in evidence.engines.base): the
 launched process has the root role (vLLM: the API server), its descendants the role their process title
-declares (vLLM: `VLLM::EngineCore`, `VLLM::Worker...`), any other descendant `other`. The tree is read
-again every `refresh_s`, so a process that appears later is counted from then on.
+declares (vLLM: `VLLM::EngineCore`, `VLLM::Worker...`), any other descendant `other`. The tree is walked
+when the reader is made, before the trial's t0 (a walk reads every process on the machine: ~60 ms on a busy
+host, too long for the load generator's event loop mid-trial); with `refresh_s` it is walked again that often.
+A process that exits is dropped; one started during the trial is not counted unless refresh_s asks for walks.
 
 The speed probe (`probe_ms`): a fixed pure-Python loop timed on the client; a shared host's per-core speed
 moves without any steal (on the H200 the same loop took 11.7-23.1 ms, p10-p90, on an idle vCPU), and this
@@ -85,7 +87,7 @@ def read_psi(base: str = PSI_DIR) -> tuple[dict[str, float], dict[str, str]]:
 class HostReader:
     """Reads the engine's processes (by role), the client process and the host; `read()` gives one sample."""
 
-    def __init__(self, processes: Any = None, *, refresh_s: float = 1.0, psi_dir: str = PSI_DIR):
+    def __init__(self, processes: Any = None, *, refresh_s: float | None = None, psi_dir: str = PSI_DIR):
         self.reason: str | None = None  # why nothing at all can be read
         self.roles = None  # evidence.engines.base.ProcessRoles
         self.processes_reason: str | None = None
@@ -116,6 +118,8 @@ class HostReader:
             except psutil.Error as e:
                 self.roles = None
                 self.processes_reason = f"the engine's process {processes.root_pid} cannot be read ({type(e).__name__})"
+            else:
+                self._refresh(time.monotonic())  # here, before t0: never a full walk inside the measured window
         _, psi_absent = read_psi(psi_dir)
         for res, why in psi_absent.items():
             self.absent[f"host_psi_{res}"] = why
@@ -162,7 +166,7 @@ class HostReader:
                 continue
             role = self.roles.role_of(cmd, comm)
             found[p.pid] = (p, role)
-            self.seen.setdefault(p.pid, {"role": role, "title": (cmd or comm)[:120]})
+            self.seen.setdefault(p.pid, {"role": role, "title": (cmd.strip() or comm)[:120]})
         if self._root.pid in found:
             self.seen.setdefault(self._root.pid, {"role": self.roles.root_role, "title": _title(self._root)})
         self._procs = found
@@ -175,7 +179,7 @@ class HostReader:
         out: dict[str, Any] = {}
         if self.roles is not None:
             now = time.monotonic()
-            if self._last_refresh is None or now - self._last_refresh >= self.refresh_s:
+            if self.refresh_s is not None and (self._last_refresh is None or now - self._last_refresh >= self.refresh_s):
                 self._refresh(now)
             cpu: dict[str, float] = {}
             n: dict[str, int] = {}
@@ -187,7 +191,8 @@ class HostReader:
                         ct = p.cpu_times()
                         st = p.status()
                 except psutil.Error:
-                    continue  # gone since the last refresh
+                    self._procs.pop(pid, None)  # exited: not read again
+                    continue
                 if st == psutil.STATUS_ZOMBIE:
                     continue
                 cpu[role] = cpu.get(role, 0.0) + ct.user + ct.system
@@ -230,7 +235,7 @@ class HostReader:
             "processes": {"enabled": self.roles is not None, "reason": self.processes_reason,
                           "roles": self.roles.as_dict() if self.roles is not None else None,
                           "seen": {str(pid): self.seen[pid] for pid in sorted(self.seen)},
-                          "refresh_s": self.refresh_s},
+                          "tree_read": "before t0" if self.refresh_s is None else f"before t0 and every {self.refresh_s:g} s"},
             "absent": dict(sorted(self.absent.items())),
             "errors": self.errors,
             "cpu_count": os.cpu_count(),
@@ -244,6 +249,6 @@ class HostReader:
 
 def _title(p: Any) -> str:
     try:
-        return (" ".join(p.cmdline()) or p.name())[:120]
+        return (" ".join(p.cmdline()).strip() or p.name())[:120]
     except Exception:
         return "(unreadable)"

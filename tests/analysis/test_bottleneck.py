@@ -133,7 +133,7 @@ def _add_host_telemetry(run: Path, engine_core: dict[int, float]) -> None:
 @pytest.fixture(scope="module")
 def host_run(tmp_path_factory):
     root = tmp_path_factory.mktemp("host-run")
-    run = build_run(root, spec=demo_spec(points=[4, 16], repeats=2, comparisons=[(4, 16)]))
+    run = build_run(root, spec=demo_spec(points=[4, 16], repeats=2, comparisons=[(4, 16)]), missing=("r2-c4",))
     _add_host_telemetry(run, {4: 0.3, 16: 0.95})
     return run
 
@@ -154,7 +154,10 @@ def test_readings_per_trial_point_and_comparison(host_run):
 
     res = compute_analysis(load_run(host_run))
     neck = res["bottleneck"]
-    assert {t["point"]: t["reading"] for t in neck["trials"]} == {4: NOT_DECIDED, 16: "host-bound (engine core)"}
+    assert {t["trial"]: t["reading"] for t in neck["trials"]} == {
+        "r1-c4": NOT_DECIDED, "r2-c4": NOT_DECIDED, "r1-c16": "host-bound (engine core)",
+        "r2-c16": "host-bound (engine core)"}
+    assert next(t for t in neck["trials"] if t["trial"] == "r2-c4")["status"] == "missing"
     assert [p["reading"] for p in neck["points"]] == [NOT_DECIDED, "host-bound (engine core)"]
     assert neck["thresholds"] == THRESHOLDS
     c = next(c for c in neck["comparisons"] if c["kind"] == "comparison")

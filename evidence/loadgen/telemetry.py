@@ -16,6 +16,9 @@ are summed; `kv_cache_usage_perc`, a fraction per engine, is averaged instead
 `vllm:gpu_cache_usage_perc` counts as `kv_cache_usage_perc`; a counter exposed
 without its `_total` suffix counts as the `_total` name.
 
+GPU figures (evidence.loadgen.gpu) and, when the trial passes a HostReader, the engine's processes by role, the
+client's CPU and the host's (evidence.loadgen.host) ride on each sample, on the same clock.
+
 The scrape uses its own one-connection HTTP session so that it never waits for
 a connection the load generator holds, and only the lines of the wanted series
 are parsed, to keep the work on the load generator's event loop small.

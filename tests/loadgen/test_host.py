@@ -44,10 +44,11 @@ def test_reader_reads_each_role_of_a_real_tree():
             time.sleep(0.1)  # a busy shared machine: wait for the spinning child's CPU to show, not a set time
             last = h.read()
     finally:
+        kids = psutil.Process(parent.pid).children(recursive=True)  # before the parent goes: then they are init's
+        for c in kids:
+            c.kill()
         parent.kill()
         parent.wait()
-        for c in psutil.Process().children(recursive=True):
-            c.kill()
     assert last["proc_api_server_n"] == 1 and last["proc_engine_core_n"] == 1
     assert last["proc_engine_core_cpu_s"] > first["proc_engine_core_cpu_s"]  # a spinning process
     assert last["proc_engine_core_state"] in ("running", "sleeping")

@@ -24,6 +24,9 @@ Figures:
   throughput_over_time       per trial: output tokens/s and requests in flight
                              (client) and running (server) over time, the
                              steady-state window (MSER-5) shaded
+  host_over_time             per trial (runs with host telemetry only): CPU in
+                             cores of each engine process role and the client,
+                             GPU busy and output tokens/s, the bottleneck reading
 """
 
 from __future__ import annotations
@@ -41,6 +44,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
 from evidence.analysis.analyze import compute_analysis
+from evidence.analysis.bottleneck_figure import host_over_time
 from evidence.analysis.latency import absent_short, shown_keys
 from evidence.analysis.load import RunData, load_run
 from evidence.analysis.model import Analysis
@@ -529,7 +533,14 @@ def _builders(data: RunData, res: dict) -> dict[str, Any]:
         "latency_ecdf": lambda: _fig_ecdf(res, data),
         "telemetry": lambda: _fig_telemetry(res, data),
         "throughput_over_time": lambda: _fig_over_time(res),
+        "host_over_time": lambda: host_over_time(res, data, title=_title, wrap=_wrap),
     }
+
+
+def figure_names(res: dict) -> tuple[str, ...]:
+    """The figures of this run: FIGURE_NAMES, and host_over_time where the run has host telemetry (so a run
+    recorded before it existed renders the same files)."""
+    return FIGURE_NAMES + (("host_over_time",) if "bottleneck" in res else ())
 
 
 def build_figure(name: str, data: RunData, res: dict) -> Figure:
@@ -547,7 +558,7 @@ def figure_bytes(data: RunData, res: dict) -> dict[str, bytes]:
         matplotlib.rcdefaults()
         matplotlib.rcParams.update(RC)
         builders = _builders(data, res)
-        for name in FIGURE_NAMES:
+        for name in figure_names(res):
             png, svg = _save(builders[name]())
             out[f"{name}.png"] = png
             out[f"{name}.svg"] = svg

@@ -41,6 +41,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from evidence.analysis.bottleneck import bottleneck_reading
 from evidence.analysis.caveats import caveats
 from evidence.analysis.findings import comparison_family, dominance, ordering, side_by_side
 from evidence.analysis.goodput import goodput
@@ -220,6 +221,12 @@ def compute_analysis(data: RunData) -> dict:
     attach_intervals(res, rows)  # points[i].latency[m]["intervals"]: 95% interval on ln across repeats (or sessions)
     res["ordering"] = ordering(points_l, trials_by, rows, adj, spec)
     res["caveats"] = caveats(data, res)
+    neck = bottleneck_reading(data)  # None without host telemetry: older runs' analysis.json stays as it was
+    if neck is not None:
+        res["bottleneck"] = neck
+        # a declared comparison whose sides read differently, or whose host changed speed, carries it as a caveat
+        res["caveats"] += [f"Comparison {c['a']} vs {c['b']}: {n}." for c in neck["comparisons"]
+                           if c["kind"] == "comparison" for n in c["notes"]]
     res = round_floats(res)
     res["files"] = ["analysis.json"] + csv_names(res)  # the CSVs write_analysis writes, named without formatting them
     return res

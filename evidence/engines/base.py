@@ -122,6 +122,32 @@ class Engine(Protocol):
     def profile_spec(cls, spec: Spec, trace_dir: Any) -> tuple[Spec, list[str]]: ...
 
 
+@dataclass(frozen=True)
+class ProcessRoles:
+    """Where an engine's processes are, for the host telemetry (evidence.loadgen.host): the process the adapter
+    launched (`root_pid`, whose role is `root_role`) and how its descendants' roles are told.
+
+    `titles` is (role, title prefixes) in order: a descendant whose process title (its cmdline, which
+    setproctitle rewrites; or its comm, which the kernel truncates to 15 bytes) starts with one of a role's
+    prefixes has that role; any other descendant is 'other'. Roles come from the tree the adapter started,
+    never from a machine-wide name search, so another server on the same host is never counted."""
+
+    root_pid: int
+    root_role: str
+    titles: tuple[tuple[str, tuple[str, ...]], ...] = ()
+
+    def role_of(self, cmdline: str, comm: str) -> str:
+        for role, prefixes in self.titles:
+            for p in prefixes:
+                if cmdline.startswith(p) or comm.startswith(p[:15]):
+                    return role
+        return "other"
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"root_pid": self.root_pid, "root_role": self.root_role,
+                "titles": {role: list(prefixes) for role, prefixes in self.titles}}
+
+
 #: engine.kind -> factory(spec, repo_root, **options) -> Engine; filled by `register`.
 REGISTRY: dict[str, Callable[..., Engine]] = {}
 #: engine.kind -> the adapter class, for what is asked before (or without) a server: `adapter_class`.
@@ -292,6 +318,10 @@ class HttpEngine:
 
     def stop(self, grace_s: float = 10.0) -> None:  # pragma: no cover - overridden
         return None
+
+    def processes(self) -> ProcessRoles | str:
+        """The engine's local processes by role (ProcessRoles), or why there are none to read."""
+        return f"the {self.kind} adapter declares no process roles"
 
     def settings(self) -> dict[str, Setting]:
         """`resolved()` as typed entries."""

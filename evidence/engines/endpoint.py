@@ -101,5 +101,8 @@ class EndpointEngine(HttpEngine):
         return combine_resolved({}, metrics_found, requested_from_spec(self.spec), version=self.version(),
                                 models=self.models(), unknown_source=EXTERNAL)
 
+    def processes(self) -> str:
+        return "an endpoint someone else started: no local engine process to read"
+
     def stop(self, grace_s: float = 0.0) -> None:
         return None

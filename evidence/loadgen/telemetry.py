@@ -16,6 +16,9 @@ are summed; `kv_cache_usage_perc`, a fraction per engine, is averaged instead
 (a sum of fractions is not a fraction). A counter exposed without its `_total`
 suffix counts as the `_total` name.
 
+GPU figures (evidence.loadgen.gpu) and, when the trial passes a HostReader, the engine's processes by role, the
+client's CPU and the host's (evidence.loadgen.host) ride on each sample, on the same clock.
+
 The scrape uses its own one-connection HTTP session so that it never waits for
 a connection the load generator holds, and only the lines of the wanted series
 are parsed, to keep the work on the load generator's event loop small.
@@ -178,7 +181,8 @@ class TelemetrySampler:
     """
 
     def __init__(self, base_url: str, interval_s: float = 0.25, timeout_s: float = 5.0, *,
-                 wanted: dict[str, str], headers: dict[str, str] | None = None, gpu: bool = True):
+                 wanted: dict[str, str], headers: dict[str, str] | None = None, gpu: bool = True,
+                 host: Any = None):
         import aiohttp
 
         from evidence.loadgen.gpu import GpuReader
@@ -201,6 +205,8 @@ class TelemetrySampler:
         self._stop = asyncio.Event()
         # GPU utilization, power, SM clock and memory ride on each sample (evidence.loadgen.gpu)
         self.gpu = GpuReader() if gpu else None
+        # the engine's processes by role, the client and the host ride on each sample too (evidence.loadgen.host)
+        self.host = host
 
     async def _scrape(self) -> dict[str, float] | None:
         pc = time.perf_counter
@@ -225,6 +231,8 @@ class TelemetrySampler:
         d.update(vals)
         if self.gpu is not None:
             d.update(self.gpu.read())
+        if self.host is not None:
+            d.update(self.host.read())
         return d
 
     async def probe(self) -> str | None:
@@ -309,4 +317,5 @@ class TelemetrySampler:
             "aggregation": "sum over label sets; mean for " + ", ".join(sorted(MEAN_KEYS)),
             "t_s": "midpoint of the scrape, seconds since t0 (perf_counter)",
             "gpu": self.gpu.meta() if self.gpu is not None else {"enabled": False, "reason": "not asked for"},
+            **({"host": self.host.meta()} if self.host is not None else {}),
         }

@@ -83,6 +83,10 @@ class TrialConfig:
     telemetry_interval_s: float = 0.25
     # /metrics series -> telemetry column, as the engine adapter names them (Engine.telemetry_series)
     telemetry_series: Mapping[str, str] = field(default_factory=dict)
+    # The engine's local processes (evidence.engines.base.ProcessRoles), or why there are none; with telemetry
+    # on, host telemetry (evidence.loadgen.host) rides on each sample and the speed probe runs around the trial.
+    processes: Any = field(default=None, repr=False, compare=False)
+    host_telemetry: bool = True
     read_bufsize: int = READ_BUFSIZE
     freeze_gc: bool = True
     normalize_schedule: bool = True
@@ -262,8 +266,16 @@ async def run_trial_async(config: TrialConfig, *,
     sampler: TelemetrySampler | None = None
     tele_reason: str | None = "telemetry disabled by the caller"
     if c.telemetry:
-        sampler = TelemetrySampler(base, c.telemetry_interval_s, wanted=dict(c.telemetry_series), headers=headers)
+        host = None
+        if c.host_telemetry:
+            from evidence.loadgen.host import HostReader
+
+            host = HostReader(c.processes)
+        sampler = TelemetrySampler(base, c.telemetry_interval_s, wanted=dict(c.telemetry_series), headers=headers,
+                                   host=host)
         tele_reason = await sampler.probe()
+        if tele_reason is None and host is not None:
+            host.run_probe("before")  # before t0: never inside the measured window
     callback_errors: list[str] = []
     sem = asyncio.Semaphore(max_concurrency) if max_concurrency else None
     frozen = False
@@ -357,6 +369,8 @@ async def run_trial_async(config: TrialConfig, *,
             await sampler.close()
         if own_session:
             await sess.close()
+    if sampler is not None and tele_reason is None and sampler.host is not None:
+        sampler.host.run_probe("after")  # once the last sample is taken: its CPU is in no interval
     if interrupted is not None:
         records = [r for k, r in enumerate(records) if state[k] == 2]
         n = len(records)

@@ -35,6 +35,7 @@ from evidence.canon import write_atomic
 from evidence.figures import figure_bytes, render_environment
 from evidence.metrics import HEADLINE_METRICS, METRIC_DOCS, REPORTED_METRICS
 from evidence.analysis.findings import p_text
+from evidence.report.bottleneck import bottleneck_sections
 from evidence.report.format import fixed, join_flags, num, pct, provenance_rows, section, table, text, utc
 from evidence.report.sanitize import CSP
 from evidence.report.layout import geometry_rows, headline, latency_concurrency_table
@@ -52,13 +53,15 @@ FIGURE_TITLES = {
     "latency_ecdf": "TTFT and TPOT distributions per point (ECDF, repeats pooled; log axes ticked 1-2-5 with units)",
     "telemetry": "Server-reported running and waiting requests over time, per trial",
     "throughput_over_time": "Output throughput and requests in flight over time, per trial, steady-state window shaded",
+    "host_over_time": "The engine's processes' CPU (cores, by role), the client's, GPU busy and output throughput over "
+                      "time, per trial, with its bottleneck reading",
 }
 
 
 # Figures the layout places by name (the headline, latency, trade-off, distributions, telemetry); any other
 # figure the figures stage renders (per-trial time series, ...) joins the "Within each trial" section.
 PLACED_FIGURES = ("throughput_vs_concurrency", "latency_vs_concurrency", "latency_vs_throughput", "latency_ecdf",
-                  "telemetry")
+                  "telemetry", "host_over_time")
 
 
 class TemplateNotFound(FileNotFoundError):
@@ -415,6 +418,7 @@ def build_context(run_dir: Path, data: RunData, res: dict, figs: dict[str, bytes
     sections.append(section("trials", "Trials", tables=[_trials_table(res)]))
     sections.extend(_profile_sections(run_dir, profile))
     sections.extend(_anchor_sections(run_dir))
+    sections.extend(bottleneck_sections(res, have))
     head = headline(res)
     # every caveat, verbatim and in analysis order: the headline shows only the few that matter most
     sections.append(section("all-caveats", "All caveats", bullets=head["caveats_all"], paragraphs=[

@@ -120,7 +120,8 @@ def measure(ctx: RunContext, trial: Trial, bar: Progress) -> dict:
         rd.event("trial_start", trial=trial.id, index=trial.index, prompts=trial.prompts)
         bar.start_trial(trial)
         res = loadgen.run_trial(trial_config(spec, engine.base_url, prompts, max_concurrency=trial.point,
-                                             phase="measure", seed=trial.seed, http_stack=ctx.http_stack, stop=stop),
+                                             phase="measure", seed=trial.seed, http_stack=ctx.http_stack, stop=stop,
+                                             processes=_processes(engine)),
                                 on_request_done=bar.request_done)
         write_records(tmp / REQUESTS, res.records)
         write_atomic(tmp / TELEMETRY, "".join(dumps_line(r) for r in res.telemetry))
@@ -150,6 +151,12 @@ def measure(ctx: RunContext, trial: Trial, bar: Progress) -> dict:
              output_throughput=summary["output_throughput"])
     bar.end_trial(trial, summary)
     return summary
+
+
+def _processes(engine):
+    """The engine's processes by role for the host telemetry, or why there are none."""
+    f = getattr(engine, "processes", None)
+    return f() if f is not None else f"the {type(engine).__name__} engine declares no process roles"
 
 
 def _set_aside(rd: RunDir, tmp: Path, trial: Trial, summary: dict) -> str:

@@ -20,7 +20,8 @@ import weakref
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
-from evidence.engines.base import (EngineError, HttpEngine, combine_resolved, die_with_parent, free_port, register,
+from evidence.engines.base import (EngineError, HttpEngine, ProcessRoles, combine_resolved, die_with_parent,
+                                   free_port, register,
                                    requested_from_spec)
 from evidence.engines.vllm.logs import LOG_TAIL_LINES, log_tail, parse_server_log
 from evidence.engines.vllm.metrics import TELEMETRY_SERIES, parse_metrics
@@ -321,6 +322,19 @@ class VllmEngine(HttpEngine):
             "log": str(self.log_path) if self.log_path else None,
             "ready_after_s": self.ready_after_s,
         }
+
+    #: vLLM titles its processes `<VLLM_PROCESS_NAME_PREFIX>::<name>` (setproctitle, vllm/utils/system_utils.py);
+    #: the launched process runs vLLM's CLI in itself (launch.py), so it is the API server.
+    PROCESS_TITLES = (("api_server", ("APIServer",)), ("engine_core", ("EngineCore",)), ("worker", ("Worker",)),
+                      ("dp_coordinator", ("DPCoordinator",)))
+
+    def processes(self) -> ProcessRoles | str:
+        if self.proc is None or self.proc.poll() is not None:
+            return "the engine is not running"
+        prefix = (self.env_applied.get("VLLM_PROCESS_NAME_PREFIX", {}).get("value")
+                  or os.environ.get("VLLM_PROCESS_NAME_PREFIX") or "VLLM")
+        return ProcessRoles(self.proc.pid, "api_server",
+                            tuple((role, tuple(f"{prefix}::{n}" for n in names)) for role, names in self.PROCESS_TITLES))
 
     # --- lifecycle ----------------------------------------------------------
     def start(self, log_path: str | os.PathLike) -> None:

@@ -39,7 +39,7 @@ def _tag_name(c: VerifyContext) -> str | None:
     """The tag the git checks look at: the first of the release's names that is a tag here (else the first)."""
     cached = getattr(c, "_git_tag_name", False)
     if cached is not False:
-        return cached
+        return cached if isinstance(cached, str) else None
     names = list(dict.fromkeys(n for _, n in _names(c)))
     name = names[0] if names else c.tag
     if c.repo is not None:  # only a name freeze could have tagged is looked up (a hostile one never reaches git)

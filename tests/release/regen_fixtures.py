@@ -77,6 +77,17 @@ def reseal(rel: Path, meta: dict | None = None) -> None:
     tar = rel.with_name(rel.name + ".tar")
     sha = archive.build_tar(rel, tar, mtime=meta["freeze"]["source_date_epoch"])
     rel.with_name(tar.name + ".sha256").write_text(f"{sha}  {tar.name}\n")
+    commit_forgery(rel)
+
+
+def commit_forgery(rel: Path) -> None:
+    """A forgery in a clone without the tag is committed, as a merged change would be: otherwise git.head
+    (the folder against what HEAD commits at its path) fails first and the gate keeps regeneration, the
+    stage these cases test, from running."""
+    repo = rel.parents[1]
+    if (repo / ".git").exists() and not git(repo, "tag", "-l", rel.name).strip():
+        git(repo, "add", "-A", "--", str(rel.parent.relative_to(repo)))
+        git(repo, "commit", "-q", "--allow-empty", "-m", "resealed " + rel.name)
 
 
 def rewrite_lock(rel: Path, **changes) -> None:

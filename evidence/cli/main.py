@@ -277,6 +277,9 @@ _register_all()
 
 
 def main() -> None:
+    from evidence.run import signals
+
+    signals.OWN_PROCESS = True  # `evidence run` may keep its stop-signal handlers to the process's last instruction
     try:
         app(standalone_mode=True)
     except UserError as e:

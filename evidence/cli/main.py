@@ -234,6 +234,9 @@ for _mod in COMMAND_MODULES:
 
 
 def main() -> None:
+    from evidence.run import signals
+
+    signals.OWN_PROCESS = True  # `evidence run` may keep its stop-signal handlers to the process's last instruction
     # --json: stdout is one JSON document whatever happens; an error that wrote none gets one
     guard = JsonGuard() if wants_json(sys.argv[1:]) else None
     code: int | None = 0

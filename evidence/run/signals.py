@@ -27,9 +27,16 @@ def _raise(signum: int, frame: object) -> None:
     raise KeyboardInterrupt(f"{signal.Signals(signum).name} received")
 
 
+#: Set by the command line's main(): this process is the command's own, so its signal handlers may be
+#: set for its whole life (an in-process caller, e.g. a test's CliRunner, keeps its own handlers).
+OWN_PROCESS = False
+
+
 def install_early() -> None:
     """From the command's first instruction: every stop signal raises KeyboardInterrupt (exit 130,
     nothing half-written: files are renamed into place), never the default action's instant death."""
+    if not OWN_PROCESS:
+        return
     for s in SIGNALS:
         signal.signal(s, _raise)
 

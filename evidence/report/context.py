@@ -211,7 +211,13 @@ def _comparison_tables(res: dict) -> list[dict]:
         rows.append(("mean", "", "", pct(c.mean_diff, signed=True), f"{A} {c.wins_a}, {B} {c.wins_b}"
                      + (f", ties {c.ties}" if c.ties else ""), ""))
         ci, cj, ss = c.ci95, c.ci_adjusted, c.sessions
-        stats = [("verdict", c.verdict), ("unit of the test", f"{c.unit}: n = {c.n_units} ({c.pairs} paired repeats)"),
+        raw = c.raw
+        df = raw.get("df")
+        stats = [("verdict", c.verdict), ("unit of the test", f"{c.unit}: n = {c.n_units}"
+                                          + (f", {df} df" if df is not None else "") + f" ({c.pairs} paired repeats)")]
+        if raw.get("scope"):
+            stats.append(("scope", raw["scope"] + (f" ({raw['scope_note']})" if raw.get("scope_note") else "")))
+        stats += [
                  ("effect (mean of (a - b) / b)", pct(c.effect, signed=True, d=2)),
                  ("95% interval", f"{pct(ci[0], signed=True, d=2)} to {pct(ci[1], signed=True, d=2)}" if ci else "n/a"),
                  ("p (paired t on ln a/b)", p_text(c.p_value)),
@@ -219,19 +225,49 @@ def _comparison_tables(res: dict) -> list[dict]:
                   f"{c.family} comparison(s): adjusted p {p_text(c.p_adjusted)}"
                   + (f", {pct(c.ci_adjusted_level, d=2)} interval {pct(cj[0], signed=True, d=2)} to "
                      f"{pct(cj[1], signed=True, d=2)}" if cj and c.family > 1 else "")),
-                 ("smallest detectable effect (MDE)", pct(c.mde, d=2)),
+                 (("smallest effect found with 80% power at this level (MDE)" if "halfwidth" in raw
+                   else "smallest detectable effect (MDE)"), pct(c.mde, d=2)),
                  ("exact sign p / permutation p", f"{p_text(c.sign_p)} / {p_text(c.perm_p)}"
                   + (f" ({c.sign_note})" if c.sign_note else "")),
                  ("noise: CV " + c.noise["cv_kind"], f"{A} {pct(c.noise['a_cv'])}, {B} {pct(c.noise['b_cv'])}")]
+        if raw.get("margin") is not None:
+            stats.append(("equivalence (two one-sided tests)",
+                          f"margin +-{pct(raw['margin'], d=2)}: p {p_text(raw.get('tost_p'))}, "
+                          + ("equivalent" if raw.get("equivalent") else "not shown equivalent")))
         if ss:
-            stats.append(("engine sessions: sd of ln(a/b) within / between",
-                          f"{ss['sessions']} sessions: {num(ss['sd_within_log'], 4)} / {num(ss['sd_between_log'], 4)} "
-                          f"(F-test p {p_text(ss['f_p'])}); {ss['note'] or ''}"))
+            ci_w, ci_b = ss.get("sd_within_log_ci95"), ss.get("sd_between_log_ci95")
+            stats.append(("server starts: sd of ln(a/b) within / between",
+                          f"{ss['sessions']} sessions: {num(ss['sd_within_log'], 4)}"
+                          + (f" ({num(ci_w[0], 4)} to {num(ci_w[1], 4)})" if ci_w else "")
+                          + f" / {num(ss['sd_between_log'], 4)}"
+                          + (f" ({num(ci_b[0], 4)} to {num(ci_b[1], 4)})" if ci_b else "")
+                          + f" (F-test p {p_text(ss['f_p'])})" + (f"; {ss['note']}" if ss.get("note") else "")))
         note = (f"{c.statement}. Paired difference = (T_{A} - T_{B}) / T_{B}. Test: {c.test}.")
         out.append(table(f"Paired comparison {A} vs {B} (output throughput, tok/s)",
                          ["repeat", A, B, "paired difference", "winner", "flags"], rows, "lrrrll", note))
         out.append(table(f"{A} vs {B}: the stated procedure", ["item", "value"], stats, "ll"))
     return out
+
+
+def _variance_tables(res: dict) -> list[dict]:
+    """Between- and within-server-start sd of ln(throughput) per point, with 95% intervals (analysis.json with
+    variance_components; none for an older one)."""
+    vc = res.get("variance_components")
+    if not vc:
+        return []
+
+    def sd(v: dict, k: str) -> str:
+        x, ci = v.get(k), v.get(k + "_ci")
+        if x is None:
+            return "n/a"
+        return num(x, 4) + (f" ({num(ci[0], 4)} to {num(ci[1], 4)})" if ci else "")
+
+    rows = [(label(v["point"]), num(v["sessions"]), num(v["repeats"]), sd(v, "sd_between"), sd(v, "sd_within"),
+             pct(v.get("share_between"), d=0) if v.get("share_between") is not None else "n/a",
+             v.get("absent") or "") for v in vc["points"]]
+    return [table("Server starts and repeats: sd of ln(output throughput), 95% intervals",
+                  ["point", "server starts", "trials", "between starts", "within a start", "share between", "note"],
+                  rows, "lrrrrrl", vc["method"] + ".")]
 
 
 def _side_by_side_tables(res: dict) -> list[dict]:
@@ -402,7 +438,8 @@ def build_context(run_dir: Path, data: RunData, res: dict, figs: dict[str, bytes
     sections.append(section("distributions", "Latency distributions",
                             tables=_side_by_side_tables(res) + [_latency_point_table(res)],
                             figures=[n for n in ("latency_ecdf",) if n in have]))
-    sections.append(section("throughput", "Throughput per point", tables=[_points_table(res), _prompt_table(res)]))
+    sections.append(section("throughput", "Throughput per point",
+                            tables=[_points_table(res)] + _variance_tables(res) + [_prompt_table(res)]))
     sections.append(section("paired", "Paired comparisons", tables=_comparison_tables(res),
                             paragraphs=[METHODS["paired_test"] + ".", METHODS["multiplicity"] + ".",
                                         METHODS["verdict"] + "."] if res["comparisons"] else

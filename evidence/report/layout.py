@@ -58,7 +58,13 @@ def comparison_line(c: dict, *, named: bool = True) -> str:
         return f"{name}{verdict or 'no paired repeats'}."
     # the wins count paired repeats; when sessions differ, the test's unit is the session (fewer, wider)
     wins = f"{A} won {c.get('wins_a', st.get('wins_a', 0))} of {n} paired repeat(s)"
-    if c.get("unit") == "session" or st.get("unit") == "session":
+    scope = st.get("scope", c.get("scope"))
+    if scope:  # analysis.json with scope: the unit, n, df and what the verdict is about
+        k, df = st.get("n_units", c.get("n_units")), st.get("df", c.get("df"))
+        unit = {"repeat": "repeats", "session": "server starts", "host": "hosts"}.get(
+            st.get("unit", c.get("unit")), "units")
+        wins += f"; scope: {scope} (unit: {unit}, n = {k}" + (f", {df} df)" if df is not None else ")")
+    elif c.get("unit") == "session" or st.get("unit") == "session":
         k = st.get("n_units", c.get("n_units"))
         wins += f"; the test's unit is the engine session{f' (n = {k})' if isinstance(k, int) else ''}"
     effect = st.get("effect", c.get("mean_diff"))
@@ -67,7 +73,8 @@ def comparison_line(c: dict, *, named: bool = True) -> str:
         p = st.get("p_adjusted", st.get("p_value"))
         ptxt = ("p (Holm) " if "p_adjusted" in st and st.get("p_adjusted") != st.get("p_value") else "p ")
         ptxt += _p(p) if _p(p).startswith("<") else "= " + _p(p)
-        mde = f"; smallest detectable {pct(st['mde'], d=1)}" if isinstance(st.get("mde"), (int, float)) else ""
+        mde = (f"; smallest {'found with 80% power' if 'scope' in st or 'scope' in c else 'detectable'} "
+               f"{pct(st['mde'], d=1)}" if isinstance(st.get("mde"), (int, float)) else "")
         return (f"{name}{verdict}; {A} {pct(effect, signed=True, d=1)} against {B} (95% CI "
                 f"{pct(ci[0], signed=True, d=1)} to {pct(ci[1], signed=True, d=1)}; {ptxt}{mde}); {wins}.")
     spread = c.get("spread")
@@ -93,6 +100,10 @@ def _verdicts(res: dict, limit: int) -> tuple[list[str], set[tuple[str, str | No
     pts = "; ".join(f"{p['label']} {num(p['output_throughput']['mean'], 0)} (CV {pct(p['output_throughput']['cv'], d=1)}, "
                     f"n={p['repeats_measured']})" for p in res["points"])
     out.append(f"Mean output throughput, tok/s: {pts}.")
+    sc = res.get("scope")
+    if isinstance(sc, dict) and sc.get("scope"):  # what every verdict below is about (analysis.json with scope)
+        out.append(f"Scope of the verdicts: {sc['scope']}" + (f" ({sc['claim_note']})" if sc.get("claim_note") else "")
+                   + ".")
     comps = [(x.get("name"), comparison_line(x)) for x in res["comparisons"]]
     o = res["ordering"]
     tail = []
@@ -166,8 +177,8 @@ def latency_concurrency_table(res: dict) -> dict:
         rows.append(row)
     headers = ["point", "repeats", "interval over"] + [f"{m.upper()} {k} ({METRICS[m].unit if m in METRICS else 'ms'})"
                                       for m in metrics for k in keys]
-    unit = ("the engine session when the point's sessions differ (between-session sd above 0), else the repeat"
-            if "session" in units else "the repeat")
+    unit = ("the server start (engine session), each valued by the mean of ln over its repeats" if "session" in units
+            else "the repeat, so each interval is about this one server start")
     return table("Latency against concurrency: each trial's percentile, mean over repeats (95% interval)",
                  headers, rows, "lrl" + "r" * (len(headers) - 3),
                  "Each cell is the mean over repeats of the per-trial percentile; in parentheses its 95% t interval "

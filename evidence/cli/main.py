@@ -19,7 +19,7 @@ from rich.table import Table
 
 from evidence import __version__
 from evidence.canon import dumps
-from evidence.spec.plan import make_plan
+from evidence.spec.plan import design_claim, make_plan
 from evidence.spec.model import SpecError, Spec, load_spec
 
 app = typer.Typer(
@@ -116,6 +116,7 @@ def validate(
         "article_commit": s.code.article_commit,
         "profile": ({"tool": s.profile.tool, "points": list(s.profile.points)} if s.profile.enabled else None),
         "comparisons": [f"C{c.a} vs C{c.b}" for c in s.analysis.comparisons],
+        "design": design_claim(s),  # what its verdicts can claim before it runs: unit, n, df, scope
     }
     if as_json:
         sys.stdout.write(dumps(summary))
@@ -139,6 +140,7 @@ def validate(
         t.add_row("profile", f"{s.profile.tool} at {', '.join(f'C{p}' for p in s.profile.points)} (separate diagnostic run)")
     if summary["comparisons"]:
         t.add_row("comparisons", ", ".join(summary["comparisons"]))
+    t.add_row("can claim", summary["design"]["text"])
     out.print(t)
 
 
@@ -243,6 +245,7 @@ def plan(
                   *((str(tr.session),) if p.sessions > 1 else ()))
     out.print(t)
     out.print(p.note)
+    out.print("can claim: " + design_claim(s)["text"])
     counts = p.position_counts()
     out.print("positions taken: " + "; ".join(
         f"C{pt}: " + ", ".join(f"#{pos} x{n}" for pos, n in sorted(c.items())) for pt, c in sorted(counts.items())))

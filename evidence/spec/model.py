@@ -289,7 +289,9 @@ class Sweep(_Model):
     warmup: Warmup = Field(default_factory=Warmup)
     cooldown_s: Annotated[float, Field(ge=0)] = 0.0
     sessions: Annotated[int, Field(ge=1, le=64)] = Field(
-        1, description="engine (re)starts: the repeats are split into this many balanced blocks, one server each")
+        1, description="engine (re)starts: the repeats are split into this many balanced blocks, one server each; "
+                       "with 1 every verdict is about that server start, with 2 or more the start is the unit of "
+                       "every test, and a claim about the configuration needs 3 or more")
 
     @model_validator(mode="after")
     def _points(self) -> "Sweep":
@@ -368,6 +370,10 @@ class Profile(_Model):
 class Comparison(_Model):
     a: Concurrency
     b: Concurrency
+    # a declared equivalence margin turns "not significant" into a positive claim when both one-sided tests reject
+    margin: Annotated[float, Field(gt=0, lt=1)] | None = Field(
+        None, description="equivalence margin, a fraction (0.05: the two points are called equivalent when the "
+                          "ratio is shown within +-5% by two one-sided tests); null: no equivalence test")
 
     @model_validator(mode="after")
     def _distinct(self) -> "Comparison":

@@ -148,3 +148,31 @@ def make_plan(spec: Spec) -> Plan:
         note += (f"; {sessions} engine sessions of {' or '.join(map(str, sizes))} consecutive repeat(s) each"
                  + (", each block consecutive rotations of the square" if sw.order == "balanced" else ""))
     return Plan(sw.order, tuple(trials), note)
+
+
+CLAIM_MIN_STARTS = 3  # as evidence.analysis.stats: a claim about the configuration needs this many server starts
+
+
+def design_claim(spec: Spec) -> dict:
+    """What the spec's design can claim before it runs: the unit of every test, its n and df, and the scope.
+
+    The unit is fixed by the design (evidence.analysis.stats): 2 or more server starts (sweep.sessions) make the
+    start the unit; one start leaves the repeat, and every verdict is about that server start."""
+    k = int(getattr(spec.sweep, "sessions", 1) or 1)
+    reps = spec.sweep.repeats
+    unit = "session" if k >= 2 else "repeat"
+    n = k if k >= 2 else reps
+    scope = "this server start" if k == 1 else f"these {k} server starts"
+    if k == 1:
+        note = (f"one server start: every verdict is about that start only (the variance between starts is not "
+                f"measured); set sweep.sessions to {CLAIM_MIN_STARTS} or more for a claim about the configuration")
+    elif k < CLAIM_MIN_STARTS:
+        note = (f"{k} server starts: the test has {k - 1} df and its verdicts are about these starts; a claim about "
+                f"the configuration needs sweep.sessions >= {CLAIM_MIN_STARTS}")
+    else:
+        note = None
+    words = "server starts" if unit == "session" else "repeats of one server start"
+    return {"server_starts": k, "repeats": reps, "unit": unit, "n": n, "df": n - 1 if n >= 2 else None,
+            "scope": scope, "claim_note": note,
+            "text": (f"verdicts over {n} {words} ({n - 1} df); scope: {scope}" if n >= 2 else
+                     f"{n} unit: no interval, no verdict (no claim)") + (f"; {note}" if note else "")}

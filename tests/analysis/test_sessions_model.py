@@ -171,3 +171,17 @@ def test_hosts_are_the_unit_across_hosts(tmp_path) -> None:
     assert "scope: these 3 hosts (n 3, 2 df)" in c["statement"]
     for h in res["hosts"]:
         assert h["comparisons"][0]["scope"] == "this server start"  # one start per host run
+
+
+def test_declared_margin_gives_equivalent_in_the_analysis(tmp_path) -> None:
+    from evidence.analysis.analyze import analyze_run
+    from evidence.spec.model import Comparison
+    spec = _sessions_spec(6, 3)
+    spec = spec.model_copy(update={"analysis": spec.analysis.model_copy(update={
+        "comparisons": [Comparison(a=4, b=16, margin=0.05)]})})
+    f = [1.0, 1.004, 0.998, 1.001, 1.003, 0.999]  # C4 and C16 within 0.5% of each other in every repeat
+    run = build_run(tmp_path, spec=spec, throughput=lambda r, p: 1000.0 * (f[r - 1] if p == 4 else 1.0))
+    c = analyze_run(run)["comparisons"][0]
+    assert c["verdict"] == "equivalent" and c["margin"] == 0.05 and c["equivalent"] is True
+    assert c["statement"].startswith("equivalent: C4 vs C16 within +-5.0%")
+    assert "scope: these 3 server starts (unit: server starts, n 3, 2 df)" in c["statement"]

@@ -47,7 +47,7 @@ from evidence.analysis.findings import comparison_family, dominance, ordering, s
 from evidence.analysis.goodput import goodput
 from evidence.analysis.latency import attach_intervals
 from evidence.analysis.load import RunData, TrialData, load_run
-from evidence.analysis.numbers import JSON_DECIMALS, mean_of, round_floats
+from evidence.analysis.numbers import JSON_DECIMALS, interval_text, mean_of, round_floats
 from evidence.analysis.stats import components_of, scope_note_of, scope_of
 from evidence.analysis.tables import CSV_DECIMALS, csv_names, point_row, trial_row
 from evidence.analysis.telemetry import (GAUGES, PLATEAU_MIN_SAMPLES, PLATEAU_TRIM, SERIES_BIN_S, telemetry_row,
@@ -170,7 +170,8 @@ def compute_analysis(data: RunData) -> dict:
         by_point.setdefault(t.point, []).append(t)
     points_l = [round_floats(point_row(P, by_point.get(P, []), rows, spec)) for P in spec.sweep.points]
     points = {p["point"]: p for p in points_l}
-    repeats = spec.sweep.repeats
+    # every repeat the plan holds: --until-decided appends blocks after the spec's planned repeats
+    repeats = max([spec.sweep.repeats] + [t.repeat for t in data.trials])
     by_rp = {(t.repeat, t.point): rows[t.id] for t in data.trials}
     comps = comparison_family([(c.a, c.b) for c in spec.analysis.comparisons], points, by_rp, repeats,
                               [getattr(c, "margin", None) for c in spec.analysis.comparisons])
@@ -192,7 +193,14 @@ def compute_analysis(data: RunData) -> dict:
     within_points = within_point_rows(list(spec.sweep.points), within,
                                       {(t.repeat, t.point): rows[t.id]["output_throughput"] for t in data.trials})
     try:
-        plan_ok = json.loads(dumps(make_plan(spec).as_dict())) == data.plan
+        expect = json.loads(dumps(make_plan(spec).as_dict()))
+        got = dict(data.plan)
+        if "until_decided" in got:  # --until-decided appended blocks: the planned part must still be the spec's
+            got.pop("until_decided")
+            got["trials"] = got["trials"][:len(expect["trials"])]
+            if "sessions" in expect:
+                got["sessions"] = expect["sessions"]
+        plan_ok = expect == got
     except Exception:
         plan_ok = False
     completeness = {
@@ -232,6 +240,8 @@ def compute_analysis(data: RunData) -> dict:
         "setup": _setup(data),
     }
     res["variance_components"] = variance_table(points_l, rows)
+    if data.looks:
+        res["sequential"] = sequential_record(data.looks, comps)
     res["scope"] = run_scope(data)
     attach_intervals(res, rows)  # points[i].latency[m]["intervals"]: 95% interval on ln across repeats (or sessions)
     res["ordering"] = ordering(points_l, trials_by, rows, adj, spec)
@@ -251,6 +261,44 @@ def variance_table(points: list[dict], rows: dict[str, dict]) -> dict:
         sess = [int(r.get("session") or 1) for r in have]
         out.append({"point": p["point"], **components_of(x, sess)})
     return {"metric": "output_throughput", "scale": "ln", "level": 0.95, "method": VC_METHOD, "points": out}
+
+
+def sequential_record(looks: list[dict], comps: list[dict]) -> dict:
+    """The looks of --until-decided as recorded (looks.jsonl), and each declared comparison's sequential decision:
+    its verdict, the look it was decided at, and the repeated confidence interval there (valid at any stop).
+    A comparison decided by the looks states that decision beside the fixed-sample test of all its units."""
+    rows = [ln for ln in looks if "stop" not in ln]
+    stop = next((ln for ln in looks if "stop" in ln), None)
+    last: dict[tuple[int, int], dict] = {}
+    for ln in rows:
+        for r in ln.get("comparisons") or []:
+            last[(r.get("a"), r.get("b"))] = {**r, "at_look": ln.get("look")}
+    decisions = []
+    for c in comps:
+        r = last.get((c["a"], c["b"]))
+        if r is None:
+            continue
+        lk = r.get("look") or {}
+        dec = {"a": c["a"], "b": c["b"], "verdict": r.get("verdict"), "decided": r.get("decided"),
+               "decided_at_look": r.get("from_look", r.get("at_look")), "unit": lk.get("unit", r.get("unit")),
+               "n_units": lk.get("n_units", r.get("n_units")), "scope": lk.get("scope", r.get("scope")),
+               "rci": lk.get("rci"), "t": lk.get("t"), "t_boundary": lk.get("t_boundary"),
+               "alpha_spent": lk.get("alpha_spent"), "stop_reason": lk.get("stop_reason")}
+        decisions.append(dec)
+        rci = dec["rci"]
+        c["sequential"] = dec
+        c["statement"] += (f"; until-decided: {dec['verdict']} at look {dec['decided_at_look']}"
+                           + (" (futility)" if dec["stop_reason"] == "futility" else "")
+                           + (f", repeated CI {interval_text(rci)}" if isinstance(rci, list) and None not in rci else "")
+                           + (f" over {dec['n_units']} {'server starts' if dec['unit'] == 'session' else 'repeats'}"
+                              if dec["n_units"] else ""))
+    return {"looks": [{k: ln.get(k) for k in ("look", "max_looks", "max_repeats", "planned_repeats", "repeats",
+                                              "all_decided")}
+                      | {"comparisons": [{k: r.get(k) for k in ("a", "b", "verdict", "decided", "unit", "n_units")}
+                                         | {k: (r.get("look") or {}).get(k) for k in
+                                            ("t", "t_boundary", "alpha_spent", "rci", "conditional_power")}
+                                         for r in ln.get("comparisons") or []]} for ln in rows],
+            "stop": stop, "rule": (stop or {}).get("rule"), "decisions": decisions}
 
 
 def run_scope(data: RunData) -> dict:

@@ -299,7 +299,7 @@ def _dominance_pair(Q: int, P: int, crit: list[tuple[str, str]], hb: list[bool],
     means differ (Holm over those criteria): a finding only when Q is better on each with its interval."""
     held, of = 0, 0
     per: list[dict] = []
-    for r in range(1, spec.sweep.repeats + 1):
+    for r in range(1, _repeats(trials_by, spec) + 1):
         tq, tp = trials_by.get((r, Q)), trials_by.get((r, P))
         vq = _trial_vector(rows[tq.id] if tq else None, crit)
         vp = _trial_vector(rows[tp.id] if tp else None, crit)
@@ -337,10 +337,15 @@ def _dominance_pair(Q: int, P: int, crit: list[tuple[str, str]], hb: list[bool],
     if t0 is not None:
         text += "; " + scope_text(t0)
     return {"dominant": Q, "dominated": P, "statement": f"{label(P)} is dominated by {label(Q)}",
-            "held_in_repeats": held, "repeats_compared": of, "repeats_planned": spec.sweep.repeats,
+            "held_in_repeats": held, "repeats_compared": of, "repeats_planned": _repeats(trials_by, spec),
             "verdict": verdict, "verdict_statement": text, "criteria": crit_out,
             "unit": t0.unit if t0 else None, "n_units": t0.n_units if t0 else 0, "df": t0.df if t0 else None,
             "scope": t0.scope if t0 else None}
+
+
+def _repeats(trials_by: dict, spec: Spec) -> int:
+    """Every repeat the run's plan holds (--until-decided adds blocks after spec.sweep.repeats)."""
+    return max([spec.sweep.repeats] + [r for r, _ in trials_by])
 
 
 def _symbol(lo: float, hi: float) -> str:
@@ -361,7 +366,7 @@ def ordering(points: list[dict], trials_by, rows, comps_adj: list[dict], spec: S
     means = {p["point"]: p["output_throughput"]["mean"] for p in points}
     stmt = _statement(pts, means)
     per = []
-    for r in range(1, spec.sweep.repeats + 1):
+    for r in range(1, _repeats(trials_by, spec) + 1):
         vals = {}
         for P in pts:
             t = trials_by.get((r, P))
@@ -388,5 +393,5 @@ def ordering(points: list[dict], trials_by, rows, comps_adj: list[dict], spec: S
         supported = stmt
     every = stmt is not None and all(x["matches"] for x in per)
     return {"statement": stmt, "supported_statement": supported, "repeats": per,
-            "held_in_repeats": held, "repeats_planned": spec.sweep.repeats, "held_in_every_repeat": every,
+            "held_in_repeats": held, "repeats_planned": _repeats(trials_by, spec), "held_in_every_repeat": every,
             "links": links}

@@ -249,6 +249,34 @@ def _comparison_tables(res: dict) -> list[dict]:
     return out
 
 
+def _looks_tables(res: dict) -> list[dict]:
+    """--until-decided: every look (units, t against its boundary, alpha spent, repeated interval) and the stop."""
+    sq = res.get("sequential")
+    if not sq:
+        return []
+    rows = []
+    for ln in sq["looks"]:
+        for r in ln["comparisons"]:
+            rci = r.get("rci")
+            rows.append((str(ln["look"]) + f" of {ln['max_looks']}", num(ln["repeats"]),
+                         f"{label(r['a'])} vs {label(r['b'])}",
+                         f"{r.get('n_units')} {'server starts' if r.get('unit') == 'session' else 'repeats'}",
+                         num(r["t"], 3) if r.get("t") is not None else "n/a",
+                         num(r["t_boundary"], 3) if r.get("t_boundary") is not None else "n/a",
+                         num(r["alpha_spent"], 5) if r.get("alpha_spent") is not None else "n/a",
+                         (f"{pct(rci[0], signed=True, d=1)} to {pct(rci[1], signed=True, d=1)}"
+                          if isinstance(rci, list) and None not in rci else "n/a"),
+                         num(r["conditional_power"], 3) if r.get("conditional_power") is not None else "",
+                         str(r.get("verdict"))))
+    stop = sq.get("stop") or {}
+    note = ((f"Stopped after {stop.get('repeats')} repeat(s): {stop.get('stop')}. " if stop else "Not stopped yet. ")
+            + f"Rule: {sq.get('rule') or 'n/a'}. The repeated interval stays valid whenever the design stops; the "
+            "comparison tables above test every unit the loop added at a fixed 95% level.")
+    return [table("Until decided: the looks", ["look", "repeats", "comparison", "units", "t", "|t| boundary",
+                                               "alpha spent", "repeated interval", "cond. power", "decision"],
+                  rows, "lrlrrrrrrl", note)]
+
+
 def _variance_tables(res: dict) -> list[dict]:
     """Between- and within-server-start sd of ln(throughput) per point, with 95% intervals (analysis.json with
     variance_components; none for an older one)."""
@@ -440,7 +468,7 @@ def build_context(run_dir: Path, data: RunData, res: dict, figs: dict[str, bytes
                             figures=[n for n in ("latency_ecdf",) if n in have]))
     sections.append(section("throughput", "Throughput per point",
                             tables=[_points_table(res)] + _variance_tables(res) + [_prompt_table(res)]))
-    sections.append(section("paired", "Paired comparisons", tables=_comparison_tables(res),
+    sections.append(section("paired", "Paired comparisons", tables=_comparison_tables(res) + _looks_tables(res),
                             paragraphs=[METHODS["paired_test"] + ".", METHODS["multiplicity"] + ".",
                                         METHODS["verdict"] + "."] if res["comparisons"] else
                             ["The spec names no comparison (analysis.comparisons); see the ordering above."]))

@@ -11,9 +11,15 @@ stops, otherwise one more block (one repeat of every point, in the next rotation
 cyclic Latin square; a new engine session when the spec has sessions > 1) is run, until
 the budget of N repeats is spent (the last look decides what is left).
 
-Every look and the stopping rule are recorded: looks.jsonl (one line per look, then one
-with "stop" and the rule), the same as events ("look", "until_decided_stop"), and plan.json,
-rewritten atomically with the added trials after the planned ones and an "until_decided" note.
+The unit of the looks is the analysis's (evidence.analysis.stats): with sweep.sessions > 1 every
+added block is a server start of its own and the looks test the starts (each valued by its mean
+ln(a/b)); with one start they test the pairs, and every decision is about that server start.
+
+Every look and the stopping rule are recorded: looks.jsonl (one line per look, with the alpha
+spent, the boundaries and, for each comparison, its unit, n and scope; then one with "stop"
+and the rule), the same as events ("look", "until_decided_stop"), and plan.json, rewritten
+atomically with the added trials after the planned ones and an "until_decided" note. The number
+of looks is fixed at the first look: resuming with another --max-repeats is refused.
 """
 
 from __future__ import annotations
@@ -67,8 +73,7 @@ def _append_look(rd: RunDir, row: dict) -> None:
 
 def pairs(rd: RunDir, trials: list[Trial], a: int, b: int) -> tuple[list[tuple[float, float]], list[int]]:
     """(a, b) output tok/s from the same repeat, for every repeat where both trials are complete, and
-    each pair's engine session. The looks pair by repeat; the sessions are recorded beside them (the
-    analysis afterwards makes the session the unit when sessions differ, evidence.analysis.stats)."""
+    each pair's engine session (with sessions, the looks' unit is the session, as in the analysis)."""
     done = set(rd.completed_trials())
     val: dict[tuple[int, int], float] = {}
     sess: dict[int, int] = {}
@@ -129,6 +134,13 @@ def run_until_decided(ctx: RunContext, trials: list[Trial], *, plan_repeats: int
     comps = spec.analysis.comparisons
     max_looks = max_repeats - plan_repeats + 1
     recorded = [ln for ln in _looks(rd) if "stop" not in ln]
+    if recorded and recorded[0].get("max_looks") != max_looks:
+        # the boundaries depend on the number of looks: changing it after a look would spend alpha twice
+        raise RunError(f"this run's sequential design was fixed at its first look: at most {recorded[0].get('max_looks')} "
+                       f"looks (--max-repeats {recorded[0].get('max_repeats', '?')}); --max-repeats {max_repeats} would "
+                       f"make it {max_looks}. Resume with --max-repeats {recorded[0].get('max_repeats', '?')}, or start "
+                       "a new run.")
+    by_start = int(getattr(spec.sweep, "sessions", 1) or 1) > 1
     seen = {ln["look"] for ln in recorded}
     # a comparison that crossed keeps its decision (the procedure is not asked again)
     kept: dict[tuple[int, int], dict] = {}
@@ -146,16 +158,19 @@ def run_until_decided(ctx: RunContext, trials: list[Trial], *, plan_repeats: int
                 results.append({**kept[(c.a, c.b)], "from_look": kept[(c.a, c.b)].get("from_look", k - 1)})
                 continue
             pr, sessions = pairs(rd, trials, c.a, c.b)
-            d = _as_dict(look(pr, look_index=k, max_looks=max_looks, alpha=ALPHA, comparisons=len(comps)))
+            kw = {"sessions": sessions} if by_start else {}
+            d = _as_dict(look(pr, look_index=k, max_looks=max_looks, alpha=ALPHA, comparisons=len(comps), **kw))
             rule = d.get("rule") or rule
-            r = {"a": c.a, "b": c.b, "metric": METRIC, "n_pairs": len(pr), "unit": "repeat",
+            rec = d.get("look") or {}
+            r = {"a": c.a, "b": c.b, "metric": METRIC, "n_pairs": len(pr), "unit": rec.get("unit", "repeat"),
+                 "n_units": rec.get("n_units", len(pr)), "scope": rec.get("scope"),
                  "pair_sessions": sessions, "from_look": k, **d}
             results.append(r)
             if r.get("decided"):
                 kept[(c.a, c.b)] = r
         all_decided = all(bool(r.get("decided")) for r in results)
-        row = {"look": k, "max_looks": max_looks, "repeats": repeats, "alpha": ALPHA,
-               "comparisons": results, "all_decided": all_decided}
+        row = {"look": k, "max_looks": max_looks, "max_repeats": max_repeats, "planned_repeats": plan_repeats,
+               "repeats": repeats, "alpha": ALPHA, "comparisons": results, "all_decided": all_decided}
         if k not in seen:  # a resumed run recomputes the same look from the same trials: record it once
             _append_look(rd, row)
             rd.event("look", look=k, max_looks=max_looks, repeats=repeats, all_decided=all_decided,
@@ -166,7 +181,9 @@ def run_until_decided(ctx: RunContext, trials: list[Trial], *, plan_repeats: int
         if all_decided or repeats >= max_repeats:
             # at the budget's last look every comparison is decided by definition ("not significant" if it
             # never crossed): the stop is the budget's, not the evidence's
-            why = f"budget spent ({max_repeats} repeats)" if repeats >= max_repeats else "every comparison decided"
+            futile = [r for r in results if (r.get("look") or {}).get("stop_reason") == "futility"]
+            why = (f"budget spent ({max_repeats} repeats)" if repeats >= max_repeats else
+                   "every comparison decided" + (f" ({len(futile)} for futility)" if futile else ""))
             stop = {"stop": why, "look": k, "repeats": repeats, "max_repeats": max_repeats,
                     "planned_repeats": plan_repeats, "rule": rule}
             _append_look(rd, stop)

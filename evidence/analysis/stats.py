@@ -455,7 +455,7 @@ def components_of(x: Sequence[float], sessions: Sequence[int], level: float = 0.
 
 
 def plan_noise(d: Sequence[float], sessions: Sequence[int] | None, *, effect: float, alpha: float = 0.05,
-               power: float = 0.8) -> dict[str, Any]:
+               power: float = 0.8, costs: dict | None = None) -> dict[str, Any]:
     """How many repeats (and sessions) observed log-ratio noise needs for a +-effect interval and for
     `power` to find a true `effect`. With several sessions whose means differ (a between-session sd
     estimate above 0 or not: the unit is fixed by the design) the session is the unit: its sd is
@@ -490,12 +490,21 @@ def plan_noise(d: Sequence[float], sessions: Sequence[int] | None, *, effect: fl
         out["components"] = vc
         r = max(1, round(len(x) / k))
         sd_unit = math.sqrt(vc["sd_between"] ** 2 + vc["sd_within"] ** 2 / r)
+        # the design that reaches the power at the least time, at the estimate and at the upper end of the
+        # between-start sd's 95% interval (with few starts that sd is rough, and this says how rough)
+        cs, cr = (costs or {}).get("start_s"), (costs or {}).get("repeat_s")
+        out["design"] = design_for(vc["sd_between"], vc["sd_within"], effect, cost_start=cs, cost_repeat=cr,
+                                   alpha=alpha, power=power)
+        out["design_upper"] = design_for(vc["sd_between_ci"][1], vc["sd_within"], effect, cost_start=cs,
+                                         cost_repeat=cr, alpha=alpha, power=power)
+        out["costs"] = costs
     sh = repeats_for_halfwidth(sd_unit, effect, alpha=alpha)
     sp = repeats_needed(sd_unit, effect, alpha=alpha, power=power)
     out.update(unit="session", repeats_per_session=r, sd_session=sd_unit, sessions_halfwidth=sh, sessions_power=sp,
                repeats_halfwidth=sh * r, repeats_power=sp * r,
-               note=(f"between-session sd {vc['sd_between']:.4f} vs within {vc['sd_within']:.4f}: "
-                     f"the server start is the unit; with {r} repeat(s) per session" + rough))
+               note=((f"between-session sd {vc['sd_between']:.4f} vs within {vc['sd_within']:.4f}: "
+                      if "components" in out else "one repeat per start (the two sd not separable): ")
+                     + f"the server start is the unit; with {r} repeat(s) per session" + rough))
     return out
 
 
@@ -511,3 +520,51 @@ def run_log_ratios(trials: Sequence[dict], values: dict[str, float], a: Any, b: 
             sess[t["repeat"]] = int(t.get("session") or 1)
     reps = sorted(r for r, pv in by.items() if a in pv and b in pv)
     return [math.log(by[r][a] / by[r][b]) for r in reps], [sess[r] for r in reps]
+
+
+def run_costs(events: Sequence[dict]) -> dict[str, Any]:
+    """Measured costs from a run's events.jsonl: a server start (engine_ready seconds plus its warm-up) and a
+    repeat (the median over repeats of the summed trial durations of one repeat, trial ids r<repeat>-c<point>)."""
+    starts = [float(e["seconds"]) for e in events if e.get("event") == "engine_ready"
+              and isinstance(e.get("seconds"), (int, float))]
+    warm, t0 = [], None
+    for e in events:
+        if e.get("event") == "warmup_start":
+            t0 = e.get("t_unix")
+        elif e.get("event") == "warmup_done" and t0 is not None:
+            warm.append(float(e["t_unix"]) - float(t0))
+            t0 = None
+    begun: dict[str, float] = {}
+    per_repeat: dict[str, float] = {}
+    for e in events:
+        tid = e.get("trial")
+        if e.get("event") == "trial_start" and tid:
+            begun[tid] = float(e["t_unix"])
+        elif e.get("event") == "trial_complete" and tid in begun:
+            rep = str(tid).split("-")[0]
+            per_repeat[rep] = per_repeat.get(rep, 0.0) + float(e["t_unix"]) - begun.pop(tid)
+    start = float(np.median(starts)) + (float(np.median(warm)) if warm else 0.0) if starts else None
+    repeat = float(np.median(list(per_repeat.values()))) if per_repeat else None
+    return {"start_s": start, "repeat_s": repeat, "starts_measured": len(starts), "repeats_measured": len(per_repeat)}
+
+
+MAX_REPEATS_PER_START = 12
+
+
+def design_for(sd_between: float, sd_within: float, effect: float, *, cost_start: float | None,
+               cost_repeat: float | None, alpha: float = 0.05, power: float = 0.8) -> dict[str, Any]:
+    """Server starts x repeats per start for `power` to find a true `effect` with the start as the unit.
+
+    Repeats per start: the cost optimum r* = (sd_within / sd_between) sqrt(cost of a start / cost of a repeat)
+    (rounded, at least 1; 1 without costs), then the fewest starts whose t test (starts - 1 df, unit sd
+    sqrt(sd_between^2 + sd_within^2 / r)) reaches the power; the time is starts x (start + r repeats)."""
+    if cost_start and cost_repeat and sd_between > 0:
+        r = int(min(MAX_REPEATS_PER_START, max(1, round(sd_within / sd_between * math.sqrt(cost_start / cost_repeat)))))
+    elif cost_start and cost_repeat:
+        r = MAX_REPEATS_PER_START  # no between-start variance seen: repeats are as good as starts and cheaper
+    else:
+        r = 1
+    sd_unit = math.sqrt(sd_between ** 2 + sd_within ** 2 / r)
+    k = max(CLAIM_MIN_STARTS, repeats_needed(sd_unit, effect, alpha=alpha, power=power))
+    time_s = k * (cost_start + r * cost_repeat) if cost_start and cost_repeat else None
+    return {"repeats_per_start": r, "starts": k, "sd_unit": sd_unit, "time_s": time_s}

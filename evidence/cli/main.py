@@ -166,7 +166,9 @@ def plan(
     s = load_spec_or_exit(spec, as_json)
     p = make_plan(s)
     if from_run is not None:
-        from evidence.analysis.stats import plan_noise, run_log_ratios
+        import json
+
+        from evidence.analysis.stats import plan_noise, run_costs, run_log_ratios
         from evidence.canon import read_json
         from evidence.rundir import SUMMARY, RunDir, is_run_dir
 
@@ -189,6 +191,14 @@ def plan(
                     values[tid] = float(v)
         except (OSError, ValueError, KeyError, TypeError) as e:
             fail(f"--from {from_run}: cannot read its plan and trial summaries ({e})")
+        events = []
+        if rd.events.is_file():  # the measured cost of a server start and of a repeat, for the starts x repeats design
+            for line in rd.events.read_text(encoding="utf-8").splitlines():
+                try:
+                    events.append(json.loads(line))
+                except ValueError:
+                    continue
+        costs = run_costs(events)
         comps = [(c.a, c.b) for c in s.analysis.comparisons]
         declared = bool(comps)
         if not comps:
@@ -200,7 +210,7 @@ def plan(
             d, sess = run_log_ratios(trials, values, a, b)
             row: dict = {"a": a, "b": b, "metric": "output_throughput"}
             try:
-                row.update(plan_noise(d, sess, effect=eff, alpha=alpha))
+                row.update(plan_noise(d, sess, effect=eff, alpha=alpha, costs=costs))
             except ValueError as e:
                 row.update(n_pairs=len(d), note=str(e))
             rows.append(row)
@@ -232,6 +242,16 @@ def plan(
         for r in rows:
             if r.get("note"):
                 out.print(f"C{r['a']} vs C{r['b']}: {r['note']}")
+            for key, what in (("design", "at the estimated sd"), ("design_upper", "at the upper end of the "
+                                                                   "between-start sd's 95% interval")):
+                dz = r.get(key)
+                if dz:
+                    tm = f", about {dz['time_s'] / 3600:.1f} h" if dz.get("time_s") else ""
+                    out.print(f"C{r['a']} vs C{r['b']}: 80% power at {eff:.1%} {what}: {dz['starts']} server starts x "
+                              f"{dz['repeats_per_start']} repeat(s){tm}")
+        if costs.get("start_s") and costs.get("repeat_s"):
+            out.print(f"measured costs: a server start (with warm-up) {costs['start_s']:.0f} s, a repeat of every "
+                      f"point {costs['repeat_s']:.0f} s")
         return
     if as_json:
         sys.stdout.write(dumps(p.as_dict()))

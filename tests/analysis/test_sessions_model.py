@@ -185,3 +185,22 @@ def test_declared_margin_gives_equivalent_in_the_analysis(tmp_path) -> None:
     assert c["verdict"] == "equivalent" and c["margin"] == 0.05 and c["equivalent"] is True
     assert c["statement"].startswith("equivalent: C4 vs C16 within +-5.0%")
     assert "scope: these 3 server starts (unit: server starts, n 3, 2 df)" in c["statement"]
+
+
+def test_costs_and_the_cheapest_design_by_hand() -> None:
+    from evidence.analysis.stats import design_for, repeats_needed, run_costs
+    ev = [{"event": "engine_ready", "seconds": 80.0, "t_unix": 0}, {"event": "warmup_start", "t_unix": 80.0},
+          {"event": "warmup_done", "t_unix": 90.0},
+          {"event": "trial_start", "trial": "r1-c1", "t_unix": 100.0}, {"event": "trial_complete", "trial": "r1-c1", "t_unix": 120.0},
+          {"event": "trial_start", "trial": "r1-c4", "t_unix": 121.0}, {"event": "trial_complete", "trial": "r1-c4", "t_unix": 151.0},
+          {"event": "engine_ready", "seconds": 100.0, "t_unix": 200}]
+    c = run_costs(ev)
+    assert c["start_s"] == pytest.approx(90.0 + 10.0) and c["repeat_s"] == pytest.approx(50.0)
+    # r* = (0.051 / 0.117) sqrt(100 / 50) = 0.616 -> 1 repeat per start at the H200's components
+    d = design_for(0.117, 0.051, 0.10, cost_start=100.0, cost_repeat=50.0)
+    sd1 = math.sqrt(0.117 ** 2 + 0.051 ** 2)
+    assert d["repeats_per_start"] == 1 and d["sd_unit"] == pytest.approx(sd1)
+    assert d["starts"] == max(3, repeats_needed(sd1, 0.10)) and d["time_s"] == pytest.approx(d["starts"] * 150.0)
+    # a small between-start sd and costly starts: more repeats per start
+    assert design_for(0.01, 0.05, 0.10, cost_start=400.0, cost_repeat=25.0)["repeats_per_start"] == 12
+    assert design_for(0.05, 0.05, 0.10, cost_start=400.0, cost_repeat=25.0)["repeats_per_start"] == 4

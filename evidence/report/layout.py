@@ -73,7 +73,7 @@ def comparison_line(c: dict, *, named: bool = True) -> str:
         p = st.get("p_adjusted", st.get("p_value"))
         ptxt = ("p (Holm) " if "p_adjusted" in st and st.get("p_adjusted") != st.get("p_value") else "p ")
         ptxt += _p(p) if _p(p).startswith("<") else "= " + _p(p)
-        mde = (f"; smallest {'found with 80% power' if 'scope' in st or 'scope' in c else 'detectable'} "
+        mde = (f"; smallest {'effect found with 80% power' if 'scope' in st or 'scope' in c else 'detectable'} "
                f"{pct(st['mde'], d=1)}" if isinstance(st.get("mde"), (int, float)) else "")
         return (f"{name}{verdict}; {A} {pct(effect, signed=True, d=1)} against {B} (95% CI "
                 f"{pct(ci[0], signed=True, d=1)} to {pct(ci[1], signed=True, d=1)}; {ptxt}{mde}); {wins}.")

@@ -42,6 +42,7 @@ import math
 from pathlib import Path
 from typing import Any
 
+from evidence.analysis.arms import arm_comparisons
 from evidence.analysis.caveats import caveats
 from evidence.analysis.findings import comparison_family, dominance, ordering, side_by_side
 from evidence.analysis.goodput import goodput
@@ -240,6 +241,9 @@ def compute_analysis(data: RunData) -> dict:
         "setup": _setup(data),
     }
     res["variance_components"] = variance_table(points_l, rows)
+    arms = arm_comparisons(data, rows)
+    if arms is not None:  # only a spec with arms gets the key: other analyses keep their bytes
+        res["arms"] = arms
     if data.looks:
         res["sequential"] = sequential_record(data.looks, comps)
     res["scope"] = run_scope(data)

@@ -45,7 +45,8 @@ def p_text(p: float | None) -> str:
 
 def scope_text(r: Paired) -> str:
     """'scope: these 2 server starts (n 2, 1 df; ...why not a claim about the configuration)'."""
-    units = {"repeat": "repeats", "session": "server starts", "host": "hosts"}.get(r.unit, r.unit + "s")
+    units = {"repeat": "repeats", "session": "server starts", "host": "hosts", "block": "blocks of server starts"
+             }.get(r.unit, r.unit + "s")
     df = f", {r.df} df" if r.df is not None else ""
     return (f"scope: {r.scope} (unit: {units}, n {r.n_units}{df})"
             + (f"; {r.scope_note}" if r.scope_note else ""))

@@ -34,6 +34,7 @@ class TrialData:
     summary: dict | None = None
     load_problems: list[str] = field(default_factory=list)
     session: int = 1  # the engine session (server start) the trial ran in; plans before sweep.sessions have one
+    arm: str | None = None  # the arm (spec.arms) its server start ran; None without arms
 
 
 @dataclass
@@ -110,7 +111,7 @@ def load_run(run_dir: Path) -> RunData:
         tid = str(t["id"])
         planned_ids.add(tid)
         td = TrialData(tid, int(t["index"]), int(t["repeat"]), int(t["point"]), int(t["position"]), int(t["prompts"]),
-                       present=False, session=int(t.get("session") or 1))
+                       present=False, session=int(t.get("session") or 1), arm=t.get("arm"))
         d = run_dir / TRIALS / tid
         if (d / SUMMARY).is_file():
             td.present = True

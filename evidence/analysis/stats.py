@@ -106,6 +106,8 @@ def scope_of(unit: str, n: int, starts: int | None = None) -> str:
     """What a verdict over `n` units of `unit` is about."""
     if unit == "host":
         return f"these {n} hosts"
+    if unit == "block":
+        return f"these {n} blocks of server starts"
     k = n if unit == "session" else (starts or 1)
     return "this server start" if k <= 1 else f"these {k} server starts"
 
@@ -115,6 +117,9 @@ def scope_note_of(unit: str, n: int, starts: int | None = None) -> str | None:
     if unit == "host":
         return None if n >= CLAIM_MIN_STARTS else (
             f"{n} hosts: a claim about hosts in general needs at least {CLAIM_MIN_STARTS}")
+    if unit == "block":
+        return None if n >= CLAIM_MIN_STARTS else (
+            f"{n} blocks: a claim about the arms needs at least {CLAIM_MIN_STARTS} blocks of server starts")
     k = n if unit == "session" else (starts or 1)
     if k <= 1:
         return ("about this server start only: repeats inside one server cannot measure the variance between "
@@ -129,7 +134,8 @@ def scope_note_of(unit: str, n: int, starts: int | None = None) -> str | None:
 def _test_text(n: int, alpha: float, unit: str = "repeat") -> str:
     over = {"repeat": f"{n} pairs of one server start",
             "session": f"the mean ln(a/b) of {n} server starts (engine sessions)",
-            "host": f"the mean ln(a/b) of {n} hosts"}[unit]
+            "host": f"the mean ln(a/b) of {n} hosts",
+            "block": f"{n} blocks of server starts (one start per arm, each valued by its mean ln)"}[unit]
     return (f"paired t-test on ln(a/b) over {over} ({max(n - 1, 0)} df), two-sided at alpha {alpha:g}; "
             f"{100 * (1 - alpha):g}% t interval of the mean log ratio, back-transformed as exp(.)-1; "
             "assumes the log ratios are roughly normal and the units independent")
@@ -138,7 +144,7 @@ def _test_text(n: int, alpha: float, unit: str = "repeat") -> str:
 def _no_df_note(n: int, unit: str = "repeat") -> str | None:
     if n >= NO_DF_CLAIM_N:
         return None
-    word = {"repeat": "pairs", "session": "sessions", "host": "hosts"}[unit]
+    word = {"repeat": "pairs", "session": "sessions", "host": "hosts", "block": "blocks"}[unit]
     return (f"n < {NO_DF_CLAIM_N}: no distribution-free claim is possible at 95% "
             f"(the smallest exact two-sided sign or permutation p with {n} {word} is "
             f"{(2 / 2 ** n if n else 1.0):.4g})")
@@ -231,7 +237,7 @@ def paired(a_values: Sequence[float], b_values: Sequence[float], *, a: Any, b: A
     ties = n - wins_a - wins_b
     labels = sorted(set(sessions)) if sessions is not None else []
     u, comp = d, None
-    if unit == "host":
+    if unit in ("host", "block"):
         pass
     elif len(labels) >= 2:  # fixed by the design: several server starts make the start the unit
         unit = "session"
@@ -256,7 +262,7 @@ def paired(a_values: Sequence[float], b_values: Sequence[float], *, a: Any, b: A
     common = dict(effect=effect, ratio_effect=math.expm1(mean), mean_log=mean, sign_p=sign_p,
                   perm_p=_perm_p(u), **base)
     if m < 2:
-        word = {"repeat": "pairs", "session": "server starts", "host": "hosts"}[unit]
+        word = {"repeat": "pairs", "session": "server starts", "host": "hosts", "block": "blocks"}[unit]
         return Paired(ci95=None, p_value=None, mde=None, verdict="no claim", p_adjusted=None,
                       note=f"fewer than 2 {word}: no interval", **common)
     sd = float(np.std(u, ddof=1))

@@ -249,6 +249,26 @@ def _comparison_tables(res: dict) -> list[dict]:
     return out
 
 
+def _arms_tables(res: dict) -> list[dict]:
+    """spec.arms: the arms side by side at every point, each pair of arms tested with the block as the unit."""
+    ar = res.get("arms")
+    if not ar:
+        return []
+    rows = []
+    for c in ar["comparisons"]:
+        ga = (sum(c["a_values"]) / len(c["a_values"])) if c["a_values"] else None
+        gb = (sum(c["b_values"]) / len(c["b_values"])) if c["b_values"] else None
+        ci = c.get("ci")
+        rows.append((label(c["point"]), f"{c['a']} vs {c['b']}", num(ga) if ga is not None else "n/a",
+                     num(gb) if gb is not None else "n/a", pct(c["effect"], signed=True, d=1),
+                     (f"{pct(ci[0], signed=True, d=1)} to {pct(ci[1], signed=True, d=1)}" if ci else "n/a"),
+                     f"{c['n_units']} ({c['df']} df)" if c.get("df") is not None else str(c["n_units"]),
+                     c["verdict"]))
+    return [table("Arms side by side (output throughput, tok/s; each block's start valued by its geometric mean)",
+                  ["point", "arms", "a", "b", "effect", "interval", "blocks", "verdict"], rows, "llrrrrrl",
+                  ar["method"] + ". " + " ".join(c["statement"] + "." for c in ar["comparisons"]))]
+
+
 def _looks_tables(res: dict) -> list[dict]:
     """--until-decided: every look (units, t against its boundary, alpha spent, repeated interval) and the stop."""
     sq = res.get("sequential")
@@ -468,7 +488,7 @@ def build_context(run_dir: Path, data: RunData, res: dict, figs: dict[str, bytes
                             figures=[n for n in ("latency_ecdf",) if n in have]))
     sections.append(section("throughput", "Throughput per point",
                             tables=[_points_table(res)] + _variance_tables(res) + [_prompt_table(res)]))
-    sections.append(section("paired", "Paired comparisons", tables=_comparison_tables(res) + _looks_tables(res),
+    sections.append(section("paired", "Paired comparisons", tables=_comparison_tables(res) + _looks_tables(res) + _arms_tables(res),
                             paragraphs=[METHODS["paired_test"] + ".", METHODS["multiplicity"] + ".",
                                         METHODS["verdict"] + "."] if res["comparisons"] else
                             ["The spec names no comparison (analysis.comparisons); see the ordering above."]))

@@ -48,6 +48,9 @@ def check_request(spec: Spec, max_repeats: int | None) -> None:
     if not spec.analysis.comparisons:
         raise RunError("--until-decided needs the comparisons to decide: declare them in the spec under "
                        "analysis.comparisons (e.g. [{a: 64, b: 128}]).")
+    if getattr(spec, "arms", None):
+        raise RunError("--until-decided does not add blocks of arms yet: give sweep.sessions as many blocks of "
+                       "arms as the comparison needs (see `evidence plan --from` on a first run), then analyse.")
     if max_repeats is None:
         raise RunError("--until-decided needs a budget: --max-repeats N (the most repeats of every point).")
     if max_repeats < spec.sweep.repeats:

@@ -400,6 +400,22 @@ class Analysis(_Model):
         return sorted(v)
 
 
+class Arm(_Model):
+    """A named variant of the engine section: its env and args replace the engine's (one arm per server start)."""
+
+    name: str = Field(description="short id of the arm: lowercase letters, digits, '.', '_', '-'")
+    env: dict[str, str] = Field(default_factory=dict, description="added to engine.env for this arm's server starts")
+    args: dict[str, Any] = Field(default_factory=dict, description="engine.args fields this arm sets (replacing the "
+                                                                   "engine's value, e.g. extra)")
+
+    @field_validator("name")
+    @classmethod
+    def _arm_name(cls, v: str) -> str:
+        if not NAME.match(v):
+            raise ValueError("an arm's name must be 1-64 chars of lowercase letters, digits, '.', '_' or '-'")
+        return v
+
+
 class Spec(_Model):
     name: str = Field(description="short id: lowercase letters, digits, '.', '_', '-'")
     title: str
@@ -412,6 +428,9 @@ class Spec(_Model):
     sweep: Sweep
     profile: Profile = Field(default_factory=Profile)
     analysis: Analysis = Field(default_factory=Analysis)
+    # arms: each server start runs one arm; sweep.sessions is a multiple of the arms (blocks of one start per arm)
+    arms: list[Arm] = Field(default_factory=list, description="named variants of the engine (env, args) compared "
+                                                              "start by start; empty: one engine")
 
     @field_validator("name")
     @classmethod
@@ -424,6 +443,20 @@ class Spec(_Model):
     def _cross(self) -> "Spec":
         pts = set(self.sweep.points)
         problems = []
+        if self.arms:
+            names = [a.name for a in self.arms]
+            m = len(names)
+            if m < 2 or len(set(names)) != m:
+                problems.append(f"@arms: needs 2 or more arms with distinct names, not {names}")
+            elif self.sweep.sessions % m or self.sweep.sessions < 2 * m:
+                problems.append(f"@sweep.sessions: with {m} arms the server starts come in blocks of {m} (one per "
+                                f"arm), at least 2 blocks: sessions must be a multiple of {m} and >= {2 * m}, not "
+                                f"{self.sweep.sessions}")
+            for i, a in enumerate(self.arms):
+                try:
+                    EngineArgs.model_validate({**self.engine.args.model_dump(), **a.args})
+                except ValueError as e:
+                    problems.append(f"@arms.{i}.args: not valid engine.args ({str(e).splitlines()[0]})")
         for i, c in enumerate(self.analysis.comparisons):
             bad = [p for p in (c.a, c.b) if p not in pts]
             if bad:

@@ -245,7 +245,7 @@ def compute_analysis(data: RunData) -> dict:
     if arms is not None:  # only a spec with arms gets the key: other analyses keep their bytes
         res["arms"] = arms
     if data.looks:
-        res["sequential"] = sequential_record(data.looks, comps)
+        res["sequential"] = sequential_record(data.looks, comps + (arms["comparisons"] if arms else []))
     res["scope"] = run_scope(data)
     attach_intervals(res, rows)  # points[i].latency[m]["intervals"]: 95% interval on ln across repeats (or sessions)
     res["ordering"] = ordering(points_l, trials_by, rows, adj, spec)
@@ -276,14 +276,14 @@ def sequential_record(looks: list[dict], comps: list[dict]) -> dict:
     last: dict[tuple[int, int], dict] = {}
     for ln in rows:
         for r in ln.get("comparisons") or []:
-            last[(r.get("a"), r.get("b"))] = {**r, "at_look": ln.get("look")}
+            last[(r.get("a"), r.get("b"), r.get("point"))] = {**r, "at_look": ln.get("look")}
     decisions = []
     for c in comps:
-        r = last.get((c["a"], c["b"]))
+        r = last.get((c["a"], c["b"], c.get("point")))
         if r is None:
             continue
         lk = r.get("look") or {}
-        dec = {"a": c["a"], "b": c["b"], "verdict": r.get("verdict"), "decided": r.get("decided"),
+        dec = {"a": c["a"], "b": c["b"], **({"point": c["point"]} if "point" in c else {}), "verdict": r.get("verdict"), "decided": r.get("decided"),
                "decided_at_look": r.get("from_look", r.get("at_look")), "unit": lk.get("unit", r.get("unit")),
                "n_units": lk.get("n_units", r.get("n_units")), "scope": lk.get("scope", r.get("scope")),
                "rci": lk.get("rci"), "t": lk.get("t"), "t_boundary": lk.get("t_boundary"),
@@ -294,11 +294,13 @@ def sequential_record(looks: list[dict], comps: list[dict]) -> dict:
         c["statement"] += (f"; until-decided: {dec['verdict']} at look {dec['decided_at_look']}"
                            + (" (futility)" if dec["stop_reason"] == "futility" else "")
                            + (f", repeated CI {interval_text(rci)}" if isinstance(rci, list) and None not in rci else "")
-                           + (f" over {dec['n_units']} {'server starts' if dec['unit'] == 'session' else 'repeats'}"
+                           + (f" over {dec['n_units']} " + {"session": "server starts", "block": "blocks of server "
+                                                             "starts"}.get(dec["unit"], "repeats")
                               if dec["n_units"] else ""))
     return {"looks": [{k: ln.get(k) for k in ("look", "max_looks", "max_repeats", "planned_repeats", "repeats",
                                               "all_decided")}
-                      | {"comparisons": [{k: r.get(k) for k in ("a", "b", "verdict", "decided", "unit", "n_units")}
+                      | {"comparisons": [{k: r.get(k) for k in ("a", "b", "point", "verdict", "decided", "unit",
+                                                                "n_units")}
                                          | {k: (r.get("look") or {}).get(k) for k in
                                             ("t", "t_boundary", "alpha_spent", "rci", "conditional_power")}
                                          for r in ln.get("comparisons") or []]} for ln in rows],

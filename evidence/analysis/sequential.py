@@ -204,7 +204,7 @@ def conditional_power(z: float, frac: float, final_z: float) -> float:
 def look(pairs_so_far: Sequence[tuple[float, float]], *, look_index: int, max_looks: int, alpha: float = 0.05,
          comparisons: int = 1, higher_is_better: bool = True, block_pairs: int = 1,
          first_pairs: int | None = None, sessions: Sequence[int] | None = None,
-         futility: float | None = FUTILITY_CP) -> Decision:
+         futility: float | None = FUTILITY_CP, unit: str | None = None) -> Decision:
     """One look (1-based `look_index` of `max_looks`) at the (a, b) pairs gathered so far.
 
     The planned looks: the first after `first_pairs` pairs, each later one `block_pairs` more
@@ -215,6 +215,7 @@ def look(pairs_so_far: Sequence[tuple[float, float]], *, look_index: int, max_lo
     comparison that has crossed at an earlier look is decided: do not look at it again.
     `sessions` (each pair's server start): with 2 or more starts the unit is the start (its mean ln(a/b)) and
     the counts above count starts. `futility`: the conditional-power threshold of the futility rule (None: off).
+    `unit="block"`: each pair is already one block of server starts (arms), as the records then say.
     """
     if not (isinstance(look_index, int) and isinstance(max_looks, int) and 1 <= look_index <= max_looks):
         raise ValueError(f"look_index must be 1..{max_looks}, not {look_index!r}")
@@ -245,8 +246,9 @@ def look(pairs_so_far: Sequence[tuple[float, float]], *, look_index: int, max_lo
     tb = tb_all[look_index - 1]
     final = look_index == max_looks
     rec: dict[str, Any] = {"look": look_index, "max_looks": max_looks, "n_pairs": n_pairs, "n_units": n,
-                           "unit": "session" if by_start else "repeat",
-                           "scope": f"these {n} server starts" if by_start else "this server start",
+                           "unit": unit or ("session" if by_start else "repeat"),
+                           "scope": (f"these {n} blocks of server starts" if unit == "block" else
+                                     f"these {n} server starts" if by_start else "this server start"),
                            "planned_pairs": sizes[look_index - 1],
                            "information_fraction": frac, "alpha": a_alpha,
                            "alpha_spent": spending(frac, a_alpha),

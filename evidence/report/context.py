@@ -278,9 +278,11 @@ def _looks_tables(res: dict) -> list[dict]:
     for ln in sq["looks"]:
         for r in ln["comparisons"]:
             rci = r.get("rci")
-            rows.append((str(ln["look"]) + f" of {ln['max_looks']}", num(ln["repeats"]),
-                         f"{label(r['a'])} vs {label(r['b'])}",
-                         f"{r.get('n_units')} {'server starts' if r.get('unit') == 'session' else 'repeats'}",
+            name = (f"{label(r['a'])} vs {label(r['b'])}" if r.get("point") is None else
+                    f"arm {r['a']} vs arm {r['b']} at {label(r['point'])}")
+            rows.append((str(ln["look"]) + f" of {ln['max_looks']}", num(ln["repeats"]), name,
+                         f"{r.get('n_units')} " + {"session": "server starts", "block": "blocks of starts"}.get(
+                             r.get("unit"), "repeats"),
                          num(r["t"], 3) if r.get("t") is not None else "n/a",
                          num(r["t_boundary"], 3) if r.get("t_boundary") is not None else "n/a",
                          num(r["alpha_spent"], 5) if r.get("alpha_spent") is not None else "n/a",

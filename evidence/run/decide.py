@@ -35,7 +35,7 @@ from evidence.run.session import RunError
 from evidence.run.sweep import RunContext, run_trials, trial_session
 from evidence.rundir import SUMMARY, RunDir
 from evidence.spec.model import Spec
-from evidence.spec.plan import Trial, point_seed, repeat_orders
+from evidence.spec.plan import Trial, arm_of_session, point_seed, repeat_orders
 
 ALPHA = 0.05
 METRIC = "output_throughput"
@@ -48,9 +48,15 @@ def check_request(spec: Spec, max_repeats: int | None) -> None:
     if not spec.analysis.comparisons:
         raise RunError("--until-decided needs the comparisons to decide: declare them in the spec under "
                        "analysis.comparisons (e.g. [{a: 64, b: 128}]).")
-    if getattr(spec, "arms", None):
-        raise RunError("--until-decided does not add blocks of arms yet: give sweep.sessions as many blocks of "
-                       "arms as the comparison needs (see `evidence plan --from` on a first run), then analyse.")
+    arms = [a.name for a in getattr(spec, "arms", [])]
+    if arms:
+        if max_repeats is not None and (max_repeats - spec.sweep.repeats) % len(arms):
+            raise RunError(f"--max-repeats {max_repeats}: with {len(arms)} arms every added block is {len(arms)} "
+                           f"server starts of one repeat each, so the repeats beyond the planned "
+                           f"{spec.sweep.repeats} must be a multiple of {len(arms)}.")
+    elif not spec.analysis.comparisons:
+        raise RunError("--until-decided needs the comparisons to decide: declare them in the spec under "
+                       "analysis.comparisons (e.g. [{a: 64, b: 128}]).")
     if max_repeats is None:
         raise RunError("--until-decided needs a budget: --max-repeats N (the most repeats of every point).")
     if max_repeats < spec.sweep.repeats:
@@ -90,6 +96,30 @@ def pairs(rd: RunDir, trials: list[Trial], a: int, b: int) -> tuple[list[tuple[f
     return [(val[(r, a)], val[(r, b)]) for r in reps], [sess[r] for r in reps]
 
 
+def arm_pairs(rd: RunDir, trials: list[Trial], a: str, b: str, point: int, m: int) -> list[tuple[float, float]]:
+    """Per block of server starts (one start per arm) where both arms measured `point`: each arm's geometric
+    mean output tok/s over its start's repeats there (the block is the unit, as in evidence.analysis.arms)."""
+    done = set(rd.completed_trials())
+    logs: dict[tuple[int, str], list[float]] = {}
+    for t in trials:
+        if t.id in done and t.point == point and t.arm in (a, b):
+            v = read_json(rd.trial_dir(t.id) / SUMMARY).get(METRIC)
+            if isinstance(v, (int, float)) and v > 0:
+                logs.setdefault(((trial_session(t) - 1) // m, t.arm), []).append(math.log(v))
+    blocks = sorted({blk for blk, _ in logs})
+    return [(math.exp(sum(logs[(blk, a)]) / len(logs[(blk, a)])), math.exp(sum(logs[(blk, b)]) / len(logs[(blk, b)])))
+            for blk in blocks if (blk, a) in logs and (blk, b) in logs]
+
+
+def _targets(spec: Spec) -> list[tuple[Any, Any, int | None]]:
+    """What the looks decide: the declared comparisons of points (a, b, None), or, with arms, every pair of arms
+    at every point (arm a, arm b, point)."""
+    arms = [x.name for x in getattr(spec, "arms", [])]
+    if arms:
+        return [(a, b, p) for i, a in enumerate(arms) for b in arms[i + 1:] for p in spec.sweep.points]
+    return [(c.a, c.b, None) for c in spec.analysis.comparisons]
+
+
 def _json_safe(v: Any) -> Any:
     """Strict JSON: a non-finite number (a t statistic of zero spread) is written as its name."""
     if isinstance(v, float) and not math.isfinite(v):
@@ -110,8 +140,21 @@ def _as_dict(d: Any) -> dict:
 
 
 def next_block(spec: Spec, trials: list[Trial]) -> list[Trial]:
-    """One more repeat of every point, in the next rotation of the cyclic Latin square."""
+    """One more repeat of every point, in the next rotation of the cyclic Latin square (with arms: one more block,
+    a server start of one repeat per arm, the arms in the next block's rotation)."""
     sw = spec.sweep
+    arms = [a.name for a in getattr(spec, "arms", [])]
+    if arms:
+        out: list[Trial] = []
+        for j in range(len(arms)):
+            r = max(t.repeat for t in trials + out) + 1
+            s = max(trial_session(t) for t in trials + out) + 1
+            order = repeat_orders(list(sw.points), r, "balanced", None)[r - 1]
+            start = len(trials) + len(out)
+            out += [Trial(index=start + i, repeat=r, point=p, position=i + 1, prompts=sw.prompts_at(p),
+                          seed=point_seed(spec.workload.seed, p), session=s, arm=arm_of_session(s, arms))
+                    for i, p in enumerate(order)]
+        return out
     r = max(t.repeat for t in trials) + 1
     order = repeat_orders(list(sw.points), r, "balanced", None)[r - 1]
     # with sessions, each added block is a session of its own (a fresh server); without, none is named
@@ -130,12 +173,17 @@ def _extend_plan(rd: RunDir, trials: list[Trial], block: list[Trial], note: dict
     write_json(rd.plan_json, plan)
 
 
+def _name(r: dict) -> str:
+    return (f"C{r['a']} vs C{r['b']}" if r.get("point") is None else f"arm {r['a']} vs arm {r['b']} at C{r['point']}")
+
+
 def run_until_decided(ctx: RunContext, trials: list[Trial], *, plan_repeats: int, max_repeats: int, look: Look,
                       progress: bool) -> list[Trial]:
     """Look, and add blocks until every comparison is decided or the budget is spent; returns all trials."""
     spec, rd = ctx.spec, ctx.rd
-    comps = spec.analysis.comparisons
-    max_looks = max_repeats - plan_repeats + 1
+    targets = _targets(spec)
+    m = max(1, len(getattr(spec, "arms", [])))  # repeats a block adds: one, or one start per arm
+    max_looks = (max_repeats - plan_repeats) // m + 1
     recorded = [ln for ln in _looks(rd) if "stop" not in ln]
     if recorded and recorded[0].get("max_looks") != max_looks:
         # the boundaries depend on the number of looks: changing it after a look would spend alpha twice
@@ -146,41 +194,46 @@ def run_until_decided(ctx: RunContext, trials: list[Trial], *, plan_repeats: int
     by_start = int(getattr(spec.sweep, "sessions", 1) or 1) > 1
     seen = {ln["look"] for ln in recorded}
     # a comparison that crossed keeps its decision (the procedure is not asked again)
-    kept: dict[tuple[int, int], dict] = {}
+    kept: dict[tuple[Any, Any, int | None], dict] = {}
     for ln in recorded:
         for r in ln["comparisons"]:
-            if r.get("decided") and (r["a"], r["b"]) not in kept:
-                kept[(r["a"], r["b"])] = r
+            if r.get("decided") and (r["a"], r["b"], r.get("point")) not in kept:
+                kept[(r["a"], r["b"], r.get("point"))] = r
     rule = ""
     while not stopped(rd):
         repeats = max(t.repeat for t in trials)
-        k = repeats - plan_repeats + 1
+        k = (repeats - plan_repeats) // m + 1
         results = []
-        for c in comps:
-            if (c.a, c.b) in kept:
-                results.append({**kept[(c.a, c.b)], "from_look": kept[(c.a, c.b)].get("from_look", k - 1)})
+        for a, b, point in targets:
+            key = (a, b, point)
+            if key in kept:
+                results.append({**kept[key], "from_look": kept[key].get("from_look", k - 1)})
                 continue
-            pr, sessions = pairs(rd, trials, c.a, c.b)
-            kw = {"sessions": sessions} if by_start else {}
-            d = _as_dict(look(pr, look_index=k, max_looks=max_looks, alpha=ALPHA, comparisons=len(comps), **kw))
+            if point is None:
+                pr, sessions = pairs(rd, trials, a, b)
+                kw: dict[str, Any] = {"sessions": sessions} if by_start else {}
+            else:  # arms: the block of starts is the unit; the planned blocks make the first look
+                pr, sessions = arm_pairs(rd, trials, a, b, point, m), None
+                kw = {"unit": "block"}
+            d = _as_dict(look(pr, look_index=k, max_looks=max_looks, alpha=ALPHA, comparisons=len(targets), **kw))
             rule = d.get("rule") or rule
             rec = d.get("look") or {}
-            r = {"a": c.a, "b": c.b, "metric": METRIC, "n_pairs": len(pr), "unit": rec.get("unit", "repeat"),
-                 "n_units": rec.get("n_units", len(pr)), "scope": rec.get("scope"),
-                 "pair_sessions": sessions, "from_look": k, **d}
+            r = {"a": a, "b": b, **({"point": point} if point is not None else {}), "metric": METRIC,
+                 "n_pairs": len(pr), "unit": rec.get("unit", "repeat"), "n_units": rec.get("n_units", len(pr)),
+                 "scope": rec.get("scope"), "pair_sessions": sessions, "from_look": k, **d}
             results.append(r)
             if r.get("decided"):
-                kept[(c.a, c.b)] = r
+                kept[key] = r
         all_decided = all(bool(r.get("decided")) for r in results)
         row = {"look": k, "max_looks": max_looks, "max_repeats": max_repeats, "planned_repeats": plan_repeats,
                "repeats": repeats, "alpha": ALPHA, "comparisons": results, "all_decided": all_decided}
         if k not in seen:  # a resumed run recomputes the same look from the same trials: record it once
             _append_look(rd, row)
             rd.event("look", look=k, max_looks=max_looks, repeats=repeats, all_decided=all_decided,
-                     verdicts={f"C{r['a']} vs C{r['b']}": r.get("verdict") for r in results})
+                     verdicts={_name(r): r.get("verdict") for r in results})
             seen.add(k)
             ctx.say(f"look {k} of at most {max_looks} after {repeats} repeat(s): "
-                    + "; ".join(f"C{r['a']} vs C{r['b']}: {r.get('verdict')}" for r in results), highlight=False)
+                    + "; ".join(f"{_name(r)}: {r.get('verdict')}" for r in results), highlight=False)
         if all_decided or repeats >= max_repeats:
             # at the budget's last look every comparison is decided by definition ("not significant" if it
             # never crossed): the stop is the budget's, not the evidence's

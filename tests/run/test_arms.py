@@ -68,9 +68,32 @@ def test_arms_that_differ_are_found_and_identical_arms_are_equivalent(tmp_path, 
         assert c["verdict"] == "equivalent" and c["margin"] == 0.25, c["statement"]
 
 
-def test_until_decided_with_arms_is_refused(tmp_path) -> None:
+def test_until_decided_adds_blocks_of_arms_and_looks_over_blocks(tmp_path, tiny_model) -> None:
+    import json
+
     from evidence.analysis.sequential import look
 
-    with pytest.raises(RunError, match="blocks of arms"):
+    with pytest.raises(RunError, match="multiple of 2"):
         run_experiment(SPEC, runs_dir=tmp_path / "runs", repo_root=ROOT, progress=False, until_decided=look,
-                       max_repeats=8)
+                       max_repeats=9)
+    out = run_experiment(SPEC, runs_dir=tmp_path / "runs", repo_root=ROOT, progress=False, run_id="ud",
+                         until_decided=look, max_repeats=10)
+    assert out.status == "complete", out
+    rd = out.run_dir
+    lines = [json.loads(ln) for ln in (rd / "looks.jsonl").read_text().splitlines()]
+    looks = [ln for ln in lines if "stop" not in ln]
+    assert looks[0]["max_looks"] == 3 and "stop" in lines[-1]
+    first = looks[0]["comparisons"]
+    assert {(c["a"], c["b"], c["point"]) for c in first} == {("fast", "slow", 1), ("fast", "slow", 4)}
+    assert all((c["unit"], c["n_units"]) == ("block", 3) for c in first)
+    assert first[0]["look"]["scope"] == "these 3 blocks of server starts"
+    plan = read_json(rd / "plan.json")
+    added = plan["trials"][12:]
+    assert len(added) == 2 * 2 * (len(looks) - 1)  # each look after the first added a block: 2 starts x 2 points
+    res = analyze_run(rd)
+    blocks = 3 + len(looks) - 1
+    assert res["arms"]["blocks"] == blocks
+    for c in res["arms"]["comparisons"]:
+        assert c["n_units"] == blocks and c["better"] == "fast"  # the analysis uses every block the loop added
+    assert len(res["sequential"]["decisions"]) == 2
+    assert all(d["verdict"] == "finding" for d in res["sequential"]["decisions"])

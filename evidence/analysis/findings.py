@@ -335,8 +335,6 @@ def _dominance_pair(Q: int, P: int, crit: list[tuple[str, str]], hb: list[bool],
             f"{verdict}: {label(P)} is dominated by {label(Q)} on the means only"
             + (f"; not shown by the paired intervals on {', '.join(weak)}" if weak else "; fewer than 2 pairs"))
     t0 = adjusted[0] if adjusted else None
-    if t0 is not None:
-        text += "; " + scope_text(t0)
     return {"dominant": Q, "dominated": P, "statement": f"{label(P)} is dominated by {label(Q)}",
             "held_in_repeats": held, "repeats_compared": of, "repeats_planned": _repeats(trials_by, spec),
             "verdict": verdict, "verdict_statement": text, "criteria": crit_out,

@@ -46,9 +46,10 @@ def _p(x: Any) -> str:
     return "< 0.001" if x < 0.001 else f"{x:.3f}"
 
 
-def comparison_line(c: dict, *, named: bool = True) -> str:
+def comparison_line(c: dict, *, named: bool = True, scoped: bool = True) -> str:
     """One comparison in one sentence: verdict first, then the effect with its interval, p and MDE (or the wins).
-    named=False leaves out the leading "Ca vs Cb: " (for a table whose row already names it)."""
+    named=False leaves out the leading "Ca vs Cb: " (for a table whose row already names it); scoped=False leaves
+    out its scope (where one line above states the scope of every verdict, as the run's headline does)."""
     A, B = label(c["a"]), label(c["b"])
     st = _stats(c)
     name = (c.get("name") or f"{A} vs {B}") + ": " if named else ""
@@ -59,11 +60,10 @@ def comparison_line(c: dict, *, named: bool = True) -> str:
     # the wins count paired repeats; when sessions differ, the test's unit is the session (fewer, wider)
     wins = f"{A} won {c.get('wins_a', st.get('wins_a', 0))} of {n} paired repeat(s)"
     scope = st.get("scope", c.get("scope"))
-    if scope:  # analysis.json with scope: the unit, n, df and what the verdict is about
+    if scope:  # analysis.json with scope: what it is about, with the unit's n and df
         k, df = st.get("n_units", c.get("n_units")), st.get("df", c.get("df"))
-        unit = {"repeat": "repeats", "session": "server starts", "host": "hosts"}.get(
-            st.get("unit", c.get("unit")), "units")
-        wins += f"; scope: {scope} (unit: {unit}, n = {k}" + (f", {df} df)" if df is not None else ")")
+        wins += (f"; {scope}, n = {k}" + (f", {df} df" if df is not None else "") if scoped else
+                 f" ({scope}" + (f", {df} df)" if df is not None else ")"))
     elif c.get("unit") == "session" or st.get("unit") == "session":
         k = st.get("n_units", c.get("n_units"))
         wins += f"; the test's unit is the engine session{f' (n = {k})' if isinstance(k, int) else ''}"
@@ -73,7 +73,7 @@ def comparison_line(c: dict, *, named: bool = True) -> str:
         p = st.get("p_adjusted", st.get("p_value"))
         ptxt = ("p (Holm) " if "p_adjusted" in st and st.get("p_adjusted") != st.get("p_value") else "p ")
         ptxt += _p(p) if _p(p).startswith("<") else "= " + _p(p)
-        mde = (f"; smallest {'effect found with 80% power' if 'scope' in st or 'scope' in c else 'detectable'} "
+        mde = (f"; {'MDE' if 'scope' in st or 'scope' in c else 'smallest detectable'} "
                f"{pct(st['mde'], d=1)}" if isinstance(st.get("mde"), (int, float)) else "")
         return (f"{name}{verdict}; {A} {pct(effect, signed=True, d=1)} against {B} (95% CI "
                 f"{pct(ci[0], signed=True, d=1)} to {pct(ci[1], signed=True, d=1)}; {ptxt}{mde}); {wins}.")
@@ -99,12 +99,10 @@ def _verdicts(res: dict, limit: int) -> tuple[list[str], set[tuple[str, str | No
                                                 if c.get("with_failures") else "") + ".")
     pts = "; ".join(f"{p['label']} {num(p['output_throughput']['mean'], 0)} (CV {pct(p['output_throughput']['cv'], d=1)}, "
                     f"n={p['repeats_measured']})" for p in res["points"])
-    out.append(f"Mean output throughput, tok/s: {pts}.")
     sc = res.get("scope")
-    if isinstance(sc, dict) and sc.get("scope"):  # what every verdict below is about (analysis.json with scope)
-        out.append(f"Scope of the verdicts: {sc['scope']}" + (f" ({sc['claim_note']})" if sc.get("claim_note") else "")
-                   + ".")
-    comps = [(x.get("name"), comparison_line(x)) for x in res["comparisons"]]
+    scoped = not (isinstance(sc, dict) and sc.get("scope"))
+    out.append(f"Mean output throughput, tok/s: {pts}.")
+    comps = [(x.get("name"), comparison_line(x, scoped=scoped)) for x in res["comparisons"]]
     o = res["ordering"]
     tail = []
     if o.get("statement"):

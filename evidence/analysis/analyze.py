@@ -38,16 +38,19 @@ value that could not be measured; the row's flags/absent column says why.
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from typing import Any
 
+from evidence.analysis.arms import arm_comparisons
 from evidence.analysis.bottleneck import bottleneck_reading
 from evidence.analysis.caveats import caveats
 from evidence.analysis.findings import comparison_family, dominance, ordering, side_by_side
 from evidence.analysis.goodput import goodput
 from evidence.analysis.latency import attach_intervals
 from evidence.analysis.load import RunData, TrialData, load_run
-from evidence.analysis.numbers import JSON_DECIMALS, mean_of, round_floats
+from evidence.analysis.numbers import JSON_DECIMALS, interval_text, mean_of, round_floats
+from evidence.analysis.stats import components_of, scope_note_of, scope_of
 from evidence.analysis.tables import CSV_DECIMALS, csv_names, point_row, trial_row
 from evidence.analysis.telemetry import (GAUGES, PLATEAU_MIN_SAMPLES, PLATEAU_TRIM, SERIES_BIN_S, telemetry_row,
                                         within_point_rows, within_trial_row)
@@ -59,6 +62,11 @@ from evidence.rundir import ANALYSIS
 
 
 SCHEMA = "evidence.analysis/1"
+
+VC_METHOD = ("ln(output throughput) per trial = point mean + server-start effect + residual (one-way random effects "
+             "per point); ANOVA estimators (REML's for a balanced design), the between-start variance floored at 0; "
+             "95% intervals: chi-square for the within-start sd, Graybill-Wang modified large-sample for the "
+             "between-start sd. One server start: the between-start sd is not measured")
 
 
 METHODS = {
@@ -73,13 +81,19 @@ METHODS = {
     "paired_difference": "per repeat r with both trials measured: d_r = (T_a - T_b) / T_b on output throughput; "
                          "mean, min and max over those repeats (descriptive); a wins repeat r when d_r > 0, b when "
                          "d_r < 0",
-    "paired_test": "the unit is a pair measured in the same round: a repeat, or, when the paired repeats come from "
-                   "more than one engine session (sweep.sessions), a session valued by the mean over its repeats. "
-                   "Paired t-test on ln(a/b) over the units, two-sided at alpha 0.05; its t interval of the mean log "
-                   "ratio back-transformed as exp(.) - 1 (assumes roughly normal log ratios and independent units); "
-                   "effect = mean of (a - b) / b over the units; exact sign test and exact sign-flip permutation p "
-                   "beside it (no distribution-free claim at 95% is possible below 6 units); MDE = t(0.975, n - 1) "
-                   "sd / sqrt(n), back-transformed: the smallest effect this noise could have shown",
+    "paired_test": "the unit is fixed by the design: with trials from 2 or more server starts (sweep.sessions) the "
+                   "server start, valued by the mean of ln(a/b) over its repeats (the model ln(a/b) = mu + start + "
+                   "residual; for a balanced design the session-means t test is REML with Satterthwaite df); with "
+                   "one start the repeat, and the verdict's scope is that server start. "
+                   "Paired t-test on ln(a/b) over the units (df = units - 1), two-sided at alpha 0.05; its t interval "
+                   "of the mean log ratio back-transformed as exp(.) - 1 (assumes roughly normal log ratios and "
+                   "independent units); effect = mean of (a - b) / b over the pairs; exact sign test and exact "
+                   "sign-flip permutation p beside it (no distribution-free claim at 95% is possible below 6 units); "
+                   "MDE = (t(1 - a/2, df) + t(0.8, df)) sd / sqrt(n) at the level used (Holm's step in a family), "
+                   "back-transformed: the smallest effect found with 80% power. Every verdict carries its unit, n, "
+                   "df and scope ('this server start', 'these N server starts'); a claim about the configuration "
+                   "needs at least 3 server starts (scope_note says why one with fewer is not). With a declared "
+                   "margin m: two one-sided tests against +-ln(1 + m) at the same level; both reject: 'equivalent'",
     "multiplicity": "Holm's step-down over the spec's declared comparisons (one family) and over the ordering's "
                     "adjacent links (another): the verdict follows the Holm-adjusted p (p_adjusted). ci95 and "
                     "p_value are each comparison's own (tested alone); ci_adjusted is the interval at the level of "
@@ -158,9 +172,11 @@ def compute_analysis(data: RunData) -> dict:
         by_point.setdefault(t.point, []).append(t)
     points_l = [round_floats(point_row(P, by_point.get(P, []), rows, spec)) for P in spec.sweep.points]
     points = {p["point"]: p for p in points_l}
-    repeats = spec.sweep.repeats
+    # every repeat the plan holds: --until-decided appends blocks after the spec's planned repeats
+    repeats = max([spec.sweep.repeats] + [t.repeat for t in data.trials])
     by_rp = {(t.repeat, t.point): rows[t.id] for t in data.trials}
-    comps = comparison_family([(c.a, c.b) for c in spec.analysis.comparisons], points, by_rp, repeats)
+    comps = comparison_family([(c.a, c.b) for c in spec.analysis.comparisons], points, by_rp, repeats,
+                              [getattr(c, "margin", None) for c in spec.analysis.comparisons])
     for c in comps:
         c["latency_side_by_side"] = side_by_side(c, points, spec)
     adj = comparison_family(list(zip(spec.sweep.points, spec.sweep.points[1:])), points, by_rp, repeats)
@@ -179,7 +195,14 @@ def compute_analysis(data: RunData) -> dict:
     within_points = within_point_rows(list(spec.sweep.points), within,
                                       {(t.repeat, t.point): rows[t.id]["output_throughput"] for t in data.trials})
     try:
-        plan_ok = json.loads(dumps(make_plan(spec).as_dict())) == data.plan
+        expect = json.loads(dumps(make_plan(spec).as_dict()))
+        got = dict(data.plan)
+        if "until_decided" in got:  # --until-decided appended blocks: the planned part must still be the spec's
+            got.pop("until_decided")
+            got["trials"] = got["trials"][:len(expect["trials"])]
+            if "sessions" in expect:
+                got["sessions"] = expect["sessions"]
+        plan_ok = expect == got
     except Exception:
         plan_ok = False
     completeness = {
@@ -218,6 +241,13 @@ def compute_analysis(data: RunData) -> dict:
         "goodput": goodput(data, rows, spec),
         "setup": _setup(data),
     }
+    res["variance_components"] = variance_table(points_l, rows)
+    arms = arm_comparisons(data, rows)
+    if arms is not None:  # only a spec with arms gets the key: other analyses keep their bytes
+        res["arms"] = arms
+    if data.looks:
+        res["sequential"] = sequential_record(data.looks, comps + (arms["comparisons"] if arms else []))
+    res["scope"] = run_scope(data)
     attach_intervals(res, rows)  # points[i].latency[m]["intervals"]: 95% interval on ln across repeats (or sessions)
     res["ordering"] = ordering(points_l, trials_by, rows, adj, spec)
     res["caveats"] = caveats(data, res)
@@ -230,6 +260,66 @@ def compute_analysis(data: RunData) -> dict:
     res = round_floats(res)
     res["files"] = ["analysis.json"] + csv_names(res)  # the CSVs write_analysis writes, named without formatting them
     return res
+
+
+def variance_table(points: list[dict], rows: dict[str, dict]) -> dict:
+    """Per point, the between- and within-server-start sd of ln(output throughput) with 95% intervals."""
+    out = []
+    for p in points:
+        have = [rows[t] for t in p["trials"] if t in rows and rows[t]["status"] == "present"
+                and isinstance(rows[t]["output_throughput"], (int, float)) and rows[t]["output_throughput"] > 0]
+        x = [math.log(r["output_throughput"]) for r in have]
+        sess = [int(r.get("session") or 1) for r in have]
+        out.append({"point": p["point"], **components_of(x, sess)})
+    return {"metric": "output_throughput", "scale": "ln", "level": 0.95, "method": VC_METHOD, "points": out}
+
+
+def sequential_record(looks: list[dict], comps: list[dict]) -> dict:
+    """The looks of --until-decided as recorded (looks.jsonl), and each declared comparison's sequential decision:
+    its verdict, the look it was decided at, and the repeated confidence interval there (valid at any stop).
+    A comparison decided by the looks states that decision beside the fixed-sample test of all its units."""
+    rows = [ln for ln in looks if "stop" not in ln]
+    stop = next((ln for ln in looks if "stop" in ln), None)
+    last: dict[tuple[int, int], dict] = {}
+    for ln in rows:
+        for r in ln.get("comparisons") or []:
+            last[(r.get("a"), r.get("b"), r.get("point"))] = {**r, "at_look": ln.get("look")}
+    decisions = []
+    for c in comps:
+        r = last.get((c["a"], c["b"], c.get("point")))
+        if r is None:
+            continue
+        lk = r.get("look") or {}
+        dec = {"a": c["a"], "b": c["b"], **({"point": c["point"]} if "point" in c else {}), "verdict": r.get("verdict"), "decided": r.get("decided"),
+               "decided_at_look": r.get("from_look", r.get("at_look")), "unit": lk.get("unit", r.get("unit")),
+               "n_units": lk.get("n_units", r.get("n_units")), "scope": lk.get("scope", r.get("scope")),
+               "rci": lk.get("rci"), "t": lk.get("t"), "t_boundary": lk.get("t_boundary"),
+               "alpha_spent": lk.get("alpha_spent"), "stop_reason": lk.get("stop_reason")}
+        decisions.append(dec)
+        rci = dec["rci"]
+        c["sequential"] = dec
+        c["statement"] += (f"; until-decided: {dec['verdict']} at look {dec['decided_at_look']}"
+                           + (" (futility)" if dec["stop_reason"] == "futility" else "")
+                           + (f", repeated CI {interval_text(rci)}" if isinstance(rci, list) and None not in rci else "")
+                           + (f" over {dec['n_units']} " + {"session": "server starts", "block": "blocks of server "
+                                                             "starts"}.get(dec["unit"], "repeats")
+                              if dec["n_units"] else ""))
+    return {"looks": [{k: ln.get(k) for k in ("look", "max_looks", "max_repeats", "planned_repeats", "repeats",
+                                              "all_decided")}
+                      | {"comparisons": [{k: r.get(k) for k in ("a", "b", "point", "verdict", "decided", "unit",
+                                                                "n_units")}
+                                         | {k: (r.get("look") or {}).get(k) for k in
+                                            ("t", "t_boundary", "alpha_spent", "rci", "conditional_power")}
+                                         for r in ln.get("comparisons") or []]} for ln in rows],
+            "stop": stop, "rule": (stop or {}).get("rule"), "decisions": decisions}
+
+
+def run_scope(data: RunData) -> dict:
+    """What this run's verdicts can be about, from its design (the server starts its present trials came from)."""
+    starts = sorted({int(t.session or 1) for t in data.trials if t.present})
+    k = len(starts)
+    return {"server_starts": k, "scope": scope_of("session" if k > 1 else "repeat", k, k),
+            "claim_note": scope_note_of("session" if k > 1 else "repeat", k, k)}
 
 
 def default_out_dir(run_dir: Path) -> Path:

@@ -91,15 +91,17 @@ def caveat_entries(data: RunData, res: dict) -> list[dict]:
     for c in res["comparisons"]:
         ss = c.get("sessions")
         if ss:
-            unit_is_session = c["unit"] == "session"
-            add("session_variance" if unit_is_session else "sessions_same",
-                f"{c['name']}: the repeats ran in {ss['sessions']} engine sessions; sd of ln(a/b) within a "
-                f"session {ss['sd_within_log']:.4f}, between sessions {ss['sd_between_log']:.4f} (F-test p "
-                f"{ss['f_p']:.3g}); the test's unit is the {c['unit']} (n = {c['n_units']}).",
-                (f"{c['name']}: the {ss['sessions']} engine sessions differ (F-test p {ss['f_p']:.3g}), so the "
-                 f"test's unit is the session (n = {c['n_units']})." if unit_is_session else
-                 f"{c['name']}: {ss['sessions']} engine sessions, no difference between them shown (F-test p "
-                 f"{ss['f_p']:.3g}); the unit stays the repeat (n = {c['n_units']})."), c["name"])
+            # the unit is the server start whatever the F-test says (fixed by the design); the kind says which
+            differ = ss["f_p"] is not None and ss["f_p"] < 0.05
+            add("session_variance" if differ else "sessions_same",
+                f"{c['name']}: the repeats ran in {ss['sessions']} server starts (engine sessions); sd of ln(a/b) "
+                f"within a start {ss['sd_within_log']:.4f}, between starts {ss['sd_between_log']:.4f} (F-test p "
+                f"{ss['f_p']:.3g}); the test's unit is the {'server start' if c['unit'] == 'session' else c['unit']} "
+                f"(n = {c['n_units']}), fixed by the design.",
+                (f"{c['name']}: the {ss['sessions']} server starts differ (F-test p {ss['f_p']:.3g}); the test's "
+                 f"unit is the server start (n = {c['n_units']})." if differ else
+                 f"{c['name']}: {ss['sessions']} server starts, no difference between them shown (F-test p "
+                 f"{ss['f_p']:.3g}); the unit is still the server start (n = {c['n_units']})."), c["name"])
     if spec.model.load_format == "dummy":
         note = spec.model.dummy_weights_note or "random weights: timings reflect the architecture, the text is meaningless"
         add("dummy_weights", f"Dummy weights (--load-format dummy): {note}. Not a measurement of the real model's "

@@ -30,11 +30,15 @@ from evidence.analysis.findings import paired_comparison
 from evidence.analysis.load import NotARunDir, load_run
 from evidence.analysis.model import Analysis, Comparison
 from evidence.analysis.numbers import interval_text, label, pct_text
+from evidence.analysis.stats import CLAIM_MIN_STARTS, session_means
 from evidence.rundir import SPEC_RESOLVED
 
-SHIFT_TEST = ("Welch's t on ln(output throughput) of the two runs' repeats at the point (unpaired: different "
-              "servers and rounds), two-sided at alpha 0.05; 95% interval of the difference of mean logs, "
-              "back-transformed as exp(.) - 1")
+SHIFT_TEST = ("the run as a fixed effect and its server starts nested in it: when both runs have 2 or more server "
+              "starts at the point, Welch's t (Welch-Satterthwaite df) on the starts' mean ln(output throughput), each "
+              "start valued by the mean of ln over its repeats; otherwise Welch's t on the repeats' ln(throughput), "
+              "whose scope is the two runs' server starts, not the configurations (a shift between two single starts "
+              "cannot be told from the difference between any two starts); two-sided at alpha 0.05; 95% interval of "
+              "the difference of mean logs, back-transformed as exp(.) - 1")
 PROVENANCE_KEYS = ("engine", "accelerator", "packages", "python", "git", "host", "model", "os", "cpu", "container")
 SPEC_EXCLUDED = ("name",)
 MAX_DIFFS_PER_KEY = 200
@@ -134,16 +138,38 @@ def _side(res: Analysis, kind: str) -> dict:
             "missing": c.missing, "with_failures": c.with_failures}
 
 
-def shift_test(xa: list[float], xb: list[float]) -> dict:
-    """Run b against run a at one point. The two runs' repeats are not paired (different servers and rounds),
-    so this is Welch's t on ln(throughput) (unequal variances), its 95% interval back-transformed as
-    exp(.) - 1: the ratio of geometric means b / a. Fewer than 2 repeats on either side: no claim."""
-    xa = [x for x in xa if x and x > 0]
-    xb = [x for x in xb if x and x > 0]
-    out: dict[str, Any] = {"shift_ci95": None, "shift_p": None, "shift_test": SHIFT_TEST}
-    if len(xa) < 2 or len(xb) < 2:
+def shift_test(xa: list[float], xb: list[float], sa: list[int] | None = None, sb: list[int] | None = None) -> dict:
+    """Run b against run a at one point: the runs are a fixed effect and their server starts (sessions `sa`,
+    `sb`, one label per value) are nested in them. With 2 or more starts in each run the unit is the start (its
+    mean ln over its repeats); otherwise the repeat, and the scope says the claim is about these starts. Welch's
+    t on the units' logs (unequal variances), its 95% interval back-transformed as exp(.) - 1. Fewer than 2
+    units on either side: no claim."""
+    sa = list(sa) if sa is not None else [1] * len(xa)
+    sb = list(sb) if sb is not None else [1] * len(xb)
+    ka = [(x, s) for x, s in zip(xa, sa) if x and x > 0]
+    kb = [(x, s) for x, s in zip(xb, sb) if x and x > 0]
+    starts_a, starts_b = len({s for _, s in ka}), len({s for _, s in kb})
+    if starts_a >= 2 and starts_b >= 2:  # fixed by the design (both runs restarted the server), not by the data
+        unit = "session"
+        la = session_means([math.log(x) for x, _ in ka], [s for _, s in ka])
+        lb = session_means([math.log(x) for x, _ in kb], [s for _, s in kb])
+    else:
+        unit = "repeat"
+        la, lb = np.log([x for x, _ in ka]), np.log([x for x, _ in kb])
+    if unit == "session":
+        scope = f"these {starts_a} + {starts_b} server starts"
+        note = (None if min(starts_a, starts_b) >= CLAIM_MIN_STARTS else
+                f"a claim about the configurations needs at least {CLAIM_MIN_STARTS} server starts in each run")
+    else:
+        scope = f"these {starts_a} + {starts_b} server starts"
+        note = ("a run with one server start: the shift is between these server starts, and the variance between "
+                "starts is not in the test; a claim about the configurations needs at least "
+                f"{CLAIM_MIN_STARTS} server starts in each run (sweep.sessions)")
+    out: dict[str, Any] = {"shift_ci95": None, "shift_p": None, "shift_test": SHIFT_TEST, "shift_unit": unit,
+                           "shift_n": [len(la), len(lb)], "shift_df": None, "shift_scope": scope,
+                           "shift_scope_note": note}
+    if len(la) < 2 or len(lb) < 2:
         return {**out, "shift_verdict": "no claim"}
-    la, lb = np.log(xa), np.log(xb)
     if np.ptp(la) == 0 and np.ptp(lb) == 0:
         same = bool(la[0] == lb[0])
         return {**out, "shift_ci95": [math.expm1(lb[0] - la[0])] * 2, "shift_p": 1.0 if same else 0.0,
@@ -154,7 +180,16 @@ def shift_test(xa: list[float], xb: list[float]) -> dict:
         lo, hi = t.confidence_interval(0.95)
     p = float(t.pvalue)
     return {**out, "shift_ci95": [math.expm1(float(lo)), math.expm1(float(hi))], "shift_p": p,
-            "shift_verdict": "finding" if p < 0.05 else "not significant"}
+            "shift_df": float(t.df), "shift_verdict": "finding" if p < 0.05 else "not significant"}
+
+
+def _sessions_of(res: Analysis, point: int, values: list[dict]) -> list[int]:
+    """The server start of each per-repeat value of a point (1 where the trial does not say)."""
+    out = []
+    for v in values:
+        t = res.trial_at(v["repeat"], point)
+        out.append(int((t.session if t else None) or 1))
+    return out
 
 
 def _pick_comparison(c: dict) -> Comparison:
@@ -192,7 +227,9 @@ def compare_runs(a: Path, b: Path) -> dict:
         flags = [f"a: {f}" for f in xa.flags] + [f"b: {f}" for f in xb.flags]
         points.append({"point": P, "label": label(P), "a_mean": ma, "b_mean": mb, "shift": shift,
                        **shift_test([v["value"] for v in ta.raw.get("values", [])],
-                                    [v["value"] for v in tb.raw.get("values", [])]),
+                                    [v["value"] for v in tb.raw.get("values", [])],
+                                    _sessions_of(ra, P, ta.raw.get("values", [])),
+                                    _sessions_of(rb, P, tb.raw.get("values", []))),
                        "a_cv": ta.cv, "b_cv": tb.cv, "cv_kind_a": ta.std_kind, "cv_kind_b": tb.std_kind,
                        "a_repeats": f"{xa.repeats_measured}/{xa.repeats_planned}",
                        "b_repeats": f"{xb.repeats_measured}/{xb.repeats_planned}", "flags": flags})
@@ -229,6 +266,7 @@ def compare_runs(a: Path, b: Path) -> dict:
                 "mean_diff": c.mean_diff, "wins_a": c.wins_a, "wins_b": c.wins_b, "pairs": c.pairs,
                 "repeats_planned": c.repeats_planned, "unit": c.unit, "n_pairs": c.n_pairs, "effect": c.effect,
                 "ci95": c.ci95, "p_value": c.p_value, "p_adjusted": c.p_adjusted, "mde": c.mde, "test": c.test,
+                "n_units": c.n_units, "df": c.df, "scope": c.scope, "scope_note": c.scope_note,
                 "better": c.better, "verdict": c.verdict, "statement": c.statement}
         xa_, xb_ = row["run_a"] or {}, row["run_b"] or {}
         row["both_findings_agree"] = (xa_.get("verdict") == xb_.get("verdict") == "finding"
@@ -283,7 +321,11 @@ def summary_lines(c: dict) -> list[str]:
         ci = p["shift_ci95"]
         out.append(f"{p['label']} shift b vs a: {pct_text(p['shift'], 1, signed=True)} ("
                    + (f"95% CI {interval_text(ci)}, "
-                      f"p {p['shift_p']:.3g}; " if ci else "") + f"{p['shift_verdict']}, Welch on logs)")
+                      f"p {p['shift_p']:.3g}; " if ci else "") + f"{p['shift_verdict']}, Welch on logs over "
+                   f"{'server starts' if p.get('shift_unit') == 'session' else 'repeats'} "
+                   f"{'/'.join(map(str, p.get('shift_n') or []))}"
+                   + (f", {p['shift_df']:.3g} df" if p.get("shift_df") is not None else "")
+                   + f"; scope: {p.get('shift_scope')})")
     for comp in c["comparisons"]:
         xa, xb = comp["run_a"], comp["run_b"]
         fa = xa["statement"] if xa else "n/a"

@@ -16,9 +16,10 @@ ALPHA = 0.05
 METRIC = "output_throughput"
 
 
-def paired_units(rows: list[dict], *, a: Any, b: Any, metric: str = METRIC, higher_is_better: bool = True) -> Paired:
+def paired_units(rows: list[dict], *, a: Any, b: Any, metric: str = METRIC, higher_is_better: bool = True,
+                 margin: float | None = None) -> Paired:
     """The stated procedure over per-repeat rows {"a", "b", "session"}: rows with an unmeasured side are left
-    out of the pair; with 2 or more engine sessions whose means differ, stats.paired makes the session the unit."""
+    out of the pair; with 2 or more server starts (engine sessions) stats.paired makes the start the unit."""
     # ln(a/b) needs both sides > 0; a zero throughput is a failed trial and is flagged, not tested.
     u = [r for r in rows if r["a"] is not None and r["b"] is not None and r["a"] > 0 and r["b"] > 0]
     sessions = [int(r.get("session") or 1) for r in u]
@@ -26,7 +27,7 @@ def paired_units(rows: list[dict], *, a: Any, b: Any, metric: str = METRIC, high
         warnings.simplefilter("ignore", RuntimeWarning)
         return paired([r["a"] for r in u], [r["b"] for r in u], a=a, b=b, metric=metric,
                       higher_is_better=higher_is_better, alpha=ALPHA,
-                      sessions=sessions if len(set(sessions)) > 1 else None)
+                      sessions=sessions if len(set(sessions)) > 1 else None, margin=margin)
 
 
 def ci_text(r: dict | Paired) -> str:
@@ -42,25 +43,39 @@ def p_text(p: float | None) -> str:
     return "n/a" if p is None else (f"{p:.3g}" if p >= 0.001 else "< 0.001")
 
 
+def scope_text(r: Paired) -> str:
+    """'scope: these 2 server starts (n 2, 1 df; ...why not a claim about the configuration)'."""
+    units = {"repeat": "repeats", "session": "server starts", "host": "hosts", "block": "blocks of server starts"
+             }.get(r.unit, r.unit + "s")
+    df = f", {r.df} df" if r.df is not None else ""
+    return (f"scope: {r.scope} (unit: {units}, n {r.n_units}{df})"
+            + (f"; {r.scope_note}" if r.scope_note else ""))
+
+
 def verdict_statement(r: Paired, a: int, b: int, unit: str, family: int, alone: Paired | None = None) -> str:
     """One sentence no stronger than the interval: the verdict, the effect, its 95% interval, p and the MDE
-    (and, in a family of several, the Holm-adjusted p with the interval at its Holm step)."""
+    (and, in a family of several, the Holm-adjusted p with the interval at its Holm step), then its scope."""
     A, B = label(a), label(b)
     alone = alone or r
     n = r.n_units
-    units = f"{n} paired {unit}{'s' if n != 1 else ''}"
+    word = {"repeat": "repeat", "session": "server start", "host": "host"}.get(unit, unit)
+    units = f"{n} paired {word}{'s' if n != 1 else ''}"
     if r.verdict == "no claim":
         return (f"no claim: {A} vs {B} has {units}; an interval needs at least 2"
-                + (f" (mean paired difference {pct_text(r.effect, 1, signed=True)})" if r.effect is not None else ""))
+                + (f" (mean paired difference {pct_text(r.effect, 1, signed=True)})" if r.effect is not None else "")
+                + f"; {scope_text(r)}")
     holm_txt = (f"; Holm over {family} comparisons: adjusted p {p_text(r.p_adjusted)}, {ci_text(r)}"
                 if family > 1 else "")
     body = (f"{pct_text(r.effect, 1, signed=True)} ({ci_text(alone)}; p {p_text(alone.p_value)}{holm_txt}; "
-            f"{A} better in {r.wins_a} of {r.n_pairs} repeats"
-            + (f"; {n} sessions are the unit" if unit == "session" else "") + ")")
+            f"{A} better in {r.wins_a} of {r.n_pairs} repeats)")
+    mde = f"smallest effect found with 80% power at this level (MDE) {pct_text(r.mde, 1)}"
     if r.verdict == "finding":
         hi, lo = (A, B) if r.better == a else (B, A)
-        return f"finding: {hi} > {lo}, {A} vs {B} {body}"
-    return f"not significant: {A} vs {B} {body}; smallest effect this noise could show (MDE) {pct_text(r.mde, 1)}"
+        return f"finding: {hi} > {lo}, {A} vs {B} {body}; {scope_text(r)}"
+    if r.verdict == "equivalent":
+        return (f"equivalent: {A} vs {B} within +-{pct_text(r.margin, 1)} {body}; both one-sided tests at the "
+                f"margin reject (p {p_text(r.tost_p)}); {scope_text(r)}")
+    return f"not significant: {A} vs {B} {body}; {mde}; {scope_text(r)}"
 
 
 def comparison_rows(a: int, b: int, by_rp: dict[tuple[int, int], dict], repeats: int) -> tuple[list[dict], list[str]]:
@@ -91,7 +106,7 @@ def comparison_rows(a: int, b: int, by_rp: dict[tuple[int, int], dict], repeats:
 
 
 def comparison(a: int, b: int, points: dict[int, dict], by_rp: dict[tuple[int, int], dict], repeats: int,
-               result: Paired | None = None, family: int = 1) -> dict:
+               result: Paired | None = None, family: int = 1, margin: float | None = None) -> dict:
     """Paired comparison from point rows and trial rows keyed by (repeat, point).
 
     `result` is the Holm-adjusted test when the caller ran it over a family; the comparison's own test
@@ -99,7 +114,7 @@ def comparison(a: int, b: int, points: dict[int, dict], by_rp: dict[tuple[int, i
     """
     pa, pb = points[a], points[b]
     per, flags = comparison_rows(a, b, by_rp, repeats)
-    alone = paired_units(per, a=a, b=b)
+    alone = paired_units(per, a=a, b=b, margin=margin)
     r = result if result is not None else alone
     diffs = [x["diff"] for x in per if x["diff"] is not None]
     text = verdict_statement(r, a, b, r.unit, family, alone)
@@ -118,6 +133,8 @@ def comparison(a: int, b: int, points: dict[int, dict], by_rp: dict[tuple[int, i
         "ci_adjusted_level": r.ci_level if r.ci95 else None, "family": family, "test": r.test, "mde": r.mde,
         "sign_p": r.sign_p, "perm_p": r.perm_p, "sign_note": r.sign_note, "ratio_effect": r.ratio_effect,
         "sd_log": r.sd_log, "better": r.better, "verdict": r.verdict, "statement": text,
+        "df": r.df, "scope": r.scope, "scope_note": r.scope_note, "halfwidth": r.halfwidth, "margin": r.margin,
+        "tost_p": r.tost_p, "equivalent": r.equivalent,
         "noise": {"a_cv": pa["output_throughput"]["cv"], "b_cv": pb["output_throughput"]["cv"],
                   "cv_kind": pa["output_throughput"]["std_kind"], "a_rel_range": pa["output_throughput"]["rel_range"],
                   "b_rel_range": pb["output_throughput"]["rel_range"]},
@@ -131,19 +148,23 @@ def _sessions(r: Paired) -> dict | None:
     if not c:
         return None
     return {"sessions": c["sessions"], "repeats": c["repeats"], "sd_within_log": c["sd_within"],
-            "sd_between_log": c["sd_between"], "f_p": c["f_p"], "unit": r.unit, "note": r.note}
+            "sd_between_log": c["sd_between"], "sd_within_log_ci95": c["sd_within_ci"],
+            "sd_between_log_ci95": c["sd_between_ci"], "f_p": c["f_p"], "unit": r.unit, "note": r.note}
 
 
 def comparison_family(pairs: Sequence[tuple[int, int]], points: dict[int, dict], by_rp: dict[tuple[int, int], dict],
-                      repeats: int) -> list[dict]:
-    """Several comparisons tested as one family: Holm-adjusted p, verdicts and step-level intervals."""
+                      repeats: int, margins: Sequence[float | None] | None = None) -> list[dict]:
+    """Several comparisons tested as one family: Holm-adjusted p, verdicts and step-level intervals (and, where a
+    margin is declared, equivalence at the same level)."""
+    margins = list(margins) if margins is not None else [None] * len(pairs)
     tests = []
-    for a, b in pairs:
+    for (a, b), mg in zip(pairs, margins):
         per, _ = comparison_rows(a, b, by_rp, repeats)
-        tests.append(paired_units(per, a=a, b=b))
+        tests.append(paired_units(per, a=a, b=b, margin=mg))
     adjusted = holm(tests)
     m = sum(1 for t in tests if t.p_value is not None)
-    return [comparison(a, b, points, by_rp, repeats, result=r, family=m) for (a, b), r in zip(pairs, adjusted)]
+    return [comparison(a, b, points, by_rp, repeats, result=r, family=m, margin=mg)
+            for (a, b), r, mg in zip(pairs, adjusted, margins)]
 
 
 def paired_comparison(res: dict, a: int, b: int) -> dict:
@@ -279,7 +300,7 @@ def _dominance_pair(Q: int, P: int, crit: list[tuple[str, str]], hb: list[bool],
     means differ (Holm over those criteria): a finding only when Q is better on each with its interval."""
     held, of = 0, 0
     per: list[dict] = []
-    for r in range(1, spec.sweep.repeats + 1):
+    for r in range(1, _repeats(trials_by, spec) + 1):
         tq, tp = trials_by.get((r, Q)), trials_by.get((r, P))
         vq = _trial_vector(rows[tq.id] if tq else None, crit)
         vp = _trial_vector(rows[tp.id] if tp else None, crit)
@@ -296,7 +317,8 @@ def _dominance_pair(Q: int, P: int, crit: list[tuple[str, str]], hb: list[bool],
         tested.append((m, st))
         tests.append(paired_units(rows_i, a=Q, b=P, metric=f"{m} {st}", higher_is_better=hb[i]))
     adjusted = holm(tests)
-    crit_out = [{"criterion": f"{m} {st}", "unit": t.unit, "n_units": t.n_units, "effect": t.effect,
+    crit_out = [{"criterion": f"{m} {st}", "unit": t.unit, "n_units": t.n_units, "df": t.df, "scope": t.scope,
+                 "effect": t.effect,
                  "ci": list(t.ci95) if t.ci95 else None, "ci_level": t.ci_level if t.ci95 else None,
                  "p_value": t.p_value, "p_adjusted": t.p_adjusted, "verdict": t.verdict,
                  "q_better": t.better == Q if t.verdict == "finding" else None}
@@ -312,9 +334,17 @@ def _dominance_pair(Q: int, P: int, crit: list[tuple[str, str]], hb: list[bool],
             "each with its interval)" if verdict == "finding" else
             f"{verdict}: {label(P)} is dominated by {label(Q)} on the means only"
             + (f"; not shown by the paired intervals on {', '.join(weak)}" if weak else "; fewer than 2 pairs"))
+    t0 = adjusted[0] if adjusted else None
     return {"dominant": Q, "dominated": P, "statement": f"{label(P)} is dominated by {label(Q)}",
-            "held_in_repeats": held, "repeats_compared": of, "repeats_planned": spec.sweep.repeats,
-            "verdict": verdict, "verdict_statement": text, "criteria": crit_out}
+            "held_in_repeats": held, "repeats_compared": of, "repeats_planned": _repeats(trials_by, spec),
+            "verdict": verdict, "verdict_statement": text, "criteria": crit_out,
+            "unit": t0.unit if t0 else None, "n_units": t0.n_units if t0 else 0, "df": t0.df if t0 else None,
+            "scope": t0.scope if t0 else None}
+
+
+def _repeats(trials_by: dict, spec: Spec) -> int:
+    """Every repeat the run's plan holds (--until-decided adds blocks after spec.sweep.repeats)."""
+    return max([spec.sweep.repeats] + [r for r, _ in trials_by])
 
 
 def _symbol(lo: float, hi: float) -> str:
@@ -335,7 +365,7 @@ def ordering(points: list[dict], trials_by, rows, comps_adj: list[dict], spec: S
     means = {p["point"]: p["output_throughput"]["mean"] for p in points}
     stmt = _statement(pts, means)
     per = []
-    for r in range(1, spec.sweep.repeats + 1):
+    for r in range(1, _repeats(trials_by, spec) + 1):
         vals = {}
         for P in pts:
             t = trials_by.get((r, P))
@@ -354,12 +384,13 @@ def ordering(points: list[dict], trials_by, rows, comps_adj: list[dict], spec: S
                       "effect": comp["effect"], "ci95": comp["ci95"], "ci_adjusted": comp["ci_adjusted"],
                       "ci_adjusted_level": comp["ci_adjusted_level"],
                       "p_value": comp["p_value"], "p_adjusted": comp["p_adjusted"], "mde": comp["mde"],
-                      "n_units": comp["n_units"], "unit": comp["unit"], "verdict": comp["verdict"], "statement": comp["statement"]})
+                      "n_units": comp["n_units"], "unit": comp["unit"], "df": comp["df"], "scope": comp["scope"],
+                      "verdict": comp["verdict"], "statement": comp["statement"]})
         if supported is not None:
             supported += f" {sym if agrees else '~'} {label(hi)}"
     if len(pts) < 2:
         supported = stmt
     every = stmt is not None and all(x["matches"] for x in per)
     return {"statement": stmt, "supported_statement": supported, "repeats": per,
-            "held_in_repeats": held, "repeats_planned": spec.sweep.repeats, "held_in_every_repeat": every,
+            "held_in_repeats": held, "repeats_planned": _repeats(trials_by, spec), "held_in_every_repeat": every,
             "links": links}

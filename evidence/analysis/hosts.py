@@ -3,10 +3,11 @@
 Input: the run directories of one replication (`evidence run SPEC --executor slurm --hosts N`
 writes them under one parent). For every host, each point's output throughput per repeat
 (from the trial summaries, i.e. from the raw records through evidence.metrics). Then:
-- per host: the declared comparisons as paired tests over that host's repeats (evidence.analysis.stats);
+- per host: the declared comparisons as paired tests over that host's server starts (or, with one
+  start, its repeats: scope "this server start"), as in evidence.analysis.stats;
 - across hosts, with the host as the unit: each host's mean per point forms one pair, so the
-  paired test asks whether the difference holds across hosts (n = hosts), beside the count of
-  hosts whose own comparison agrees in sign and whose own verdict is a finding;
+  paired test asks whether the difference holds across hosts (n = hosts, scope "these N hosts"),
+  beside the count of hosts whose own comparison agrees in sign and whose own verdict is a finding;
 - variance at the level where it lives: per point, the within-host variance (of repeats) and the
   between-host variance component (one-way random effects, method of moments:
   var(host means) - within / repeats, floored at 0), both as a CV of the grand mean.
@@ -36,9 +37,16 @@ def _throughputs(run: RunData) -> dict[int, dict[int, float]]:
     return out
 
 
-def _pairs(tp: dict[int, dict[int, float]], a: int, b: int) -> tuple[list[float], list[float]]:
+def _sessions(run: RunData) -> dict[int, int]:
+    """repeat -> its server start (engine session)."""
+    return {t.repeat: int(t.session or 1) for t in run.trials}
+
+
+def _pairs(tp: dict[int, dict[int, float]], a: int, b: int, sess: dict[int, int] | None = None
+           ) -> tuple[list[float], list[float], list[int] | None]:
     common = sorted(set(tp.get(a, {})) & set(tp.get(b, {})))
-    return [tp[a][r] for r in common], [tp[b][r] for r in common]
+    s = [sess.get(r, 1) for r in common] if sess is not None else None
+    return [tp[a][r] for r in common], [tp[b][r] for r in common], s
 
 
 def lost_hosts(execution: dict, parent: Path) -> list[dict]:
@@ -78,7 +86,10 @@ def compare_hosts(run_dirs: Sequence[Path], names: Sequence[str] | None = None,
     comps = [(c.a, c.b) for c in spec.analysis.comparisons]
     hosts = []
     for name, run, tp in zip(names, runs, tps):
-        per = [paired(*_pairs(tp, a, b), a=a, b=b, metric=METRIC) for a, b in comps]
+        per = []
+        for a, b in comps:
+            xa, xb, ss = _pairs(tp, a, b, _sessions(run))
+            per.append(paired(xa, xb, a=a, b=b, metric=METRIC, sessions=ss if ss and len(set(ss)) > 1 else None))
         per = holm(per) if len(per) > 1 else per
         node = ((run.provenance or {}).get("host") or {}).get("hostname")
         hosts.append({"host": name, "hostname": node, "status": (run.run_info or {}).get("status"),
@@ -88,7 +99,7 @@ def compare_hosts(run_dirs: Sequence[Path], names: Sequence[str] | None = None,
     for i, (a, b) in enumerate(comps):
         ok = [h for h, tp in zip(hosts, tps) if tp.get(a) and tp.get(b)]
         tests.append(paired([h["means"][str(a)] for h in ok], [h["means"][str(b)] for h in ok], a=a, b=b,
-                            metric=f"{METRIC} (host means)"))
+                            metric=f"{METRIC} (host means)", unit="host"))
         rows.append((i, a, b, ok))
     tests = holm(tests) if len(tests) > 1 else tests  # the family is the declared comparisons
     across = []
@@ -103,7 +114,10 @@ def compare_hosts(run_dirs: Sequence[Path], names: Sequence[str] | None = None,
         across.append({**res.as_dict(), "hosts": len(ok), "hosts_same_direction": same,
                        "hosts_with_finding": findings,
                        "statement": (f"C{a} vs C{b}: same direction on {same} of {len(ok)} hosts{lost_s}, a finding on "
-                                     f"{findings}; across hosts (the host as the unit): {res.verdict}")})
+                                     f"{findings}; across hosts (the host as the unit): {res.verdict}; scope: "
+                                     f"{res.scope} (n {res.n_units}"
+                                     + (f", {res.df} df)" if res.df is not None else ")")
+                                     + (f"; {res.scope_note}" if res.scope_note else ""))})
     variance = []
     points = sorted({p for tp in tps for p in tp})
     for p in points:

@@ -10,10 +10,11 @@ with the session as the unit and uneven sessions it is exp(mean of the sessions'
 session alike, not the geometric mean of all repeats. `value` stays the arithmetic mean over the repeats that the
 tables show; it is not the interval's centre (it exceeds the geometric mean by about sd^2/2 in relative terms).
 
-The unit follows `evidence.analysis.stats`: the repeat, unless the point's trials come from two or more engine
-sessions whose mean logs differ by more than their repeats explain (`stats.variance_components` on ln(statistic):
-between-session sd above 0); then the session is the unit, valued by the mean of ln over its repeats (repeats
-inside one server start cannot speak for the next). With fewer than 2 units there is no interval: `ci_low` and
+The unit follows `evidence.analysis.stats` and is fixed by the design, the same for every statistic of a point:
+when the point's trials come from two or more server starts (engine sessions) the start is the unit, valued by the
+mean of ln over its repeats (repeats inside one server start cannot speak for the next); with one start, the repeat,
+and the interval's `scope` is "this server start". The within- and between-start sd (`components`) are shown, never
+used to choose. With fewer than 2 units there is no interval: `ci_low` and
 `ci_high` are null and `absent` says why, never a zero-width interval. A statistic <= 0 (not a latency) has no
 logarithm: no interval, and `absent` says so. A value that is not finite (NaN, inf) comes first: no interval, and
 `value` is null too (a mean over it would be NaN or inf, no number). `absent_short` is the reason in a few words,
@@ -31,7 +32,7 @@ from typing import Any, Sequence
 import numpy as np
 from scipy import stats as sps
 
-from evidence.analysis.stats import variance_components
+from evidence.analysis.stats import scope_of, session_means, variance_components
 from evidence.analysis.tables import latency_stats
 from evidence.metrics import pct_key
 
@@ -43,20 +44,20 @@ METHOD = ("per point, latency metric and statistic (mean, median, percentiles): 
           "repeats' geometric mean, or with uneven engine sessions as the unit exp of the mean of the sessions' mean "
           "logs), asymmetric and positive; 'value' is the arithmetic mean over repeats (the tables' number), not the "
           "interval's centre. "
-          "The unit is the repeat; when the point's trials span 2 or more engine sessions whose mean logs differ "
-          "(between-session sd of ln above 0, one-way random-effects ANOVA as in the paired test) the unit is the "
-          "session, valued by the mean of ln over its repeats. Fewer than 2 units, or a statistic <= 0: no interval "
+          "The unit is fixed by the design, one for every statistic of a point: when the point's trials span 2 or more "
+          "server starts (engine sessions) the start, valued by the mean of ln over its repeats (df = starts - 1); "
+          "with one start the repeat, and the scope is that server start. Fewer than 2 units, or a statistic <= 0: no interval "
           "(absent, with the reason); a statistic that is not finite: no interval and no value. Assumes roughly normal, independent logs of the per-unit statistics. "
           "Stored as points[].latency[metric].intervals[stat]")
 
 
 def interval(values: Sequence[float], sessions: Sequence[int] | None = None, *, what: str = "statistic",
              level: float = LEVEL) -> dict[str, Any]:
-    """The mean of per-repeat `values` and the back-transformed t interval of their mean log, with the unit decided
-    as the paired test decides it.
+    """The mean of per-repeat `values` and the back-transformed t interval of their mean log, with the unit fixed
+    by the design as in the paired test (2+ sessions: the session; else the repeat).
 
     Returns {value, geometric_mean, ci_low, ci_high, n, unit, level, procedure} (+ `absent` and `absent_short` when
-    there is no interval, + `components` (log scale) when sessions were weighed, + `note`). `geometric_mean` is
+    there is no interval, + `components` (log scale) when sessions were given, + `note`). `geometric_mean` is
     exp(mean ln over the units): with uneven sessions as the unit, exp of the mean of the sessions' mean logs."""
     x = np.asarray([float(v) for v in values], dtype=float)
     if sessions is not None and len(sessions) != len(x):
@@ -67,18 +68,14 @@ def interval(values: Sequence[float], sessions: Sequence[int] | None = None, *, 
     positive = finite and bool(len(x)) and bool((x > 0).all())
     unit, comp, note = "repeat", None, None
     lu = np.log(x) if positive else x  # the units' ln values (unused when not all positive)
-    if positive and len(labels) >= 2:
-        if len(x) > len(labels):
-            comp = variance_components(lu, sess)
-            if comp["sd_between"] > 0:
-                unit, lu = "session", np.asarray(comp["session_means"])
-                note = (f"{len(labels)} engine sessions whose mean logs differ (between-session sd of ln "
-                        f"{comp['sd_between']:.4g}, within {comp['sd_within']:.4g}): the session is the unit")
-            else:
-                note = (f"{len(labels)} engine sessions whose mean logs do not differ beyond the repeats' noise: "
-                        "the repeat is the unit")
+    if len(labels) >= 2:  # fixed by the design, not by the data: several server starts make the start the unit
+        unit = "session"
+        if positive:
+            if len(x) > len(labels):
+                comp = variance_components(lu, sess)
+            lu = session_means(lu, sess)
         else:
-            unit = "session"  # one repeat per session: the repeats are the sessions
+            lu = np.asarray(sorted(set(sess)), dtype=float)  # only the count matters when there is no interval
     n = len(lu)
     units = "repeats" if unit == "repeat" else "engine sessions (each valued by the mean of ln over its repeats)"
     # exp(mean of the units' ln): with uneven sessions as the unit, not the geometric mean of all repeats
@@ -86,7 +83,7 @@ def interval(values: Sequence[float], sessions: Sequence[int] | None = None, *, 
               "exp of the mean of the sessions' mean logs (the repeats' geometric mean when the sessions are even)")
     out: dict[str, Any] = {
         "value": float(np.mean(x)) if len(x) and finite else None, "geometric_mean": None, "ci_low": None, "ci_high": None,
-        "n": n, "unit": unit, "level": level,
+        "n": n, "unit": unit, "df": n - 1 if n >= 2 else None, "scope": scope_of(unit, n), "level": level,
         "procedure": (f"{100 * level:g}% t interval (n - 1 df) of the mean of ln(per-trial {what}) over {n} {units}, "
                       f"back-transformed by exp: an interval around {centre}, asymmetric and positive "
                       "('value' is the arithmetic mean over repeats, not its centre); assumes roughly normal, "
@@ -94,7 +91,7 @@ def interval(values: Sequence[float], sessions: Sequence[int] | None = None, *, 
     }
     if comp is not None:
         out["components"] = {"scale": "ln", **{k: comp[k] for k in ("sessions", "repeats", "sd_within", "sd_between",
-                                                                      "f_p")}}
+                                                                      "sd_within_ci", "sd_between_ci", "f_p")}}
     if not finite:
         bad = float(x[~np.isfinite(x)][0])
         out["absent"] = (f"a per-trial {what} is not finite ({bad:g}): no interval, and no mean over repeats "

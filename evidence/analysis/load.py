@@ -9,7 +9,8 @@ from typing import Any
 
 from evidence.records import RequestRecord
 from evidence.spec.model import Spec, spec_from_json
-from evidence.rundir import ENGINE, META, PLAN_JSON, PROFILE, REQUESTS, RUN_JSON, SPEC_RESOLVED, SUMMARY, TELEMETRY, TRIALS
+from evidence.rundir import (ENGINE, LOOKS, META, PLAN_JSON, PROFILE, REQUESTS, RUN_JSON, SPEC_RESOLVED, SUMMARY,
+                             TELEMETRY, TRIALS)
 
 
 class NotARunDir(ValueError):
@@ -33,6 +34,7 @@ class TrialData:
     summary: dict | None = None
     load_problems: list[str] = field(default_factory=list)
     session: int = 1  # the engine session (server start) the trial ran in; plans before sweep.sessions have one
+    arm: str | None = None  # the arm (spec.arms) its server start ran; None without arms
 
 
 @dataclass
@@ -49,6 +51,7 @@ class RunData:
     unexpected_trials: list[str]
     profile_files: list[str]
     load_problems: list[str]
+    looks: list[dict] = field(default_factory=list)  # looks.jsonl of --until-decided (every look, then the stop)
 
     @property
     def run_id(self) -> str:
@@ -108,7 +111,7 @@ def load_run(run_dir: Path) -> RunData:
         tid = str(t["id"])
         planned_ids.add(tid)
         td = TrialData(tid, int(t["index"]), int(t["repeat"]), int(t["point"]), int(t["position"]), int(t["prompts"]),
-                       present=False, session=int(t.get("session") or 1))
+                       present=False, session=int(t.get("session") or 1), arm=t.get("arm"))
         d = run_dir / TRIALS / tid
         if (d / SUMMARY).is_file():
             td.present = True
@@ -123,9 +126,17 @@ def load_run(run_dir: Path) -> RunData:
     profile_files = []
     if (run_dir / PROFILE).is_dir():
         profile_files = sorted(p.relative_to(run_dir).as_posix() for p in (run_dir / PROFILE).rglob("*") if p.is_file())
+    looks: list[dict] = []
+    if (run_dir / LOOKS).is_file():
+        for n, line in enumerate((run_dir / LOOKS).read_text(encoding="utf-8").splitlines(), start=1):
+            if line.strip():
+                try:
+                    looks.append(json.loads(line))
+                except ValueError:
+                    problems.append(f"looks.jsonl line {n} unreadable")
     return RunData(spec, plan, run_info, provenance, [p.relative_to(run_dir).as_posix() for p in prov_files],
                    engine_resolved, [p.relative_to(run_dir).as_posix() for p in res_files], later,
-                   trials, unexpected, profile_files, problems)
+                   trials, unexpected, profile_files, problems, looks)
 
 
 def _load_trial(td: TrialData, d: Path) -> None:

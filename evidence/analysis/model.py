@@ -87,10 +87,10 @@ class Comparison:
     wins_a: int = 0
     wins_b: int = 0
     ties: int = 0
-    verdict: str = ""  # "finding" | "not significant" | "no claim"
+    verdict: str = ""  # "finding" | "equivalent" | "not significant" | "no claim"
     statement: str = ""  # the sentence carrying effect, interval, p and MDE
     metric: str = "output_throughput"
-    unit: str = "repeat"  # or "session"
+    unit: str = "repeat"  # or "session" (a server start), "host"
     n_pairs: int = 0  # paired repeats
     n_units: int = 0  # the test's n: repeats, or sessions when they are the unit
     effect: float | None = None
@@ -110,6 +110,13 @@ class Comparison:
     noise: dict = field(default_factory=dict)  # CVs and ranges of both points (descriptive, not a rule)
     sessions: dict | None = None  # within/between-session spread of ln(a/b) when several sessions
     flags: list[str] = field(default_factory=list)
+    df: int | None = None  # the test's degrees of freedom (n_units - 1)
+    scope: str = ""  # "this server start", "these N server starts", "these N hosts" ("" in older analyses)
+    scope_note: str | None = None  # why the verdict is not a claim about the configuration (fewer than 3 starts)
+    halfwidth: float | None = None  # the interval's half-width (not the MDE)
+    margin: float | None = None  # declared equivalence margin
+    tost_p: float | None = None
+    equivalent: bool | None = None
     raw: dict = field(default_factory=dict, repr=False, compare=False)
 
     @property
@@ -120,7 +127,8 @@ class Comparison:
         """The keys a reader of `evidence analyze --json` relies on."""
         return {"a": self.a, "b": self.b, "metric": self.metric, "n_pairs": self.n_pairs, "effect": self.effect,
                 "ci95": self.ci95, "p_value": self.p_value, "test": self.test, "mde": self.mde,
-                "verdict": self.verdict}
+                "verdict": self.verdict, "unit": self.unit, "n_units": self.n_units, "df": self.df,
+                "scope": self.scope, "scope_note": self.scope_note}
 
 
 @dataclass(frozen=True)

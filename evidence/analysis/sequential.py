@@ -29,9 +29,20 @@ increment. Past 100 pairs at the last look the nominal boundaries are used (the 
 close to normal where the alpha is spent). tests/analysis/test_sequential.py checks the
 false-finding rate on fresh sequences.
 
+The unit (`sessions`): when the pairs come from 2 or more server starts (the spec has
+sweep.sessions > 1, and every added block is a start of its own) the unit is the start, valued
+by the mean ln(a/b) over its repeats, as in evidence.analysis.stats: the planned starts make the
+first look's units and each block adds one. With one start the unit is the pair, and the scope
+of every decision is that server start.
+
 Decisions: crossing at any look -> `finding` (decided, stop adding blocks for it); reaching
 look K without crossing -> `not significant` (decided: the budget is spent); otherwise
-`continue`. No futility stop: a null comparison runs to its budget. Each look carries the
+`continue`, unless the futility rule stops it: from look 2 on, before the last, when the
+conditional power under the current trend (the chance of crossing at look K if the effect
+estimated so far were the truth, Brownian-motion approximation on the z scale) is below
+FUTILITY_CP, the comparison is decided `not significant` (stop_reason "futility"). The rule
+is non-binding: the efficacy boundaries are those computed without it, so it can only lower
+the false-finding rate (and costs some power, bench/RESULTS-sessions.md). Each look carries the
 repeated confidence interval at that look's nominal level, which (unlike the fixed-n
 interval) stays valid whenever the design stops. Several declared comparisons: each gets
 alpha / m (Bonferroni over the m comparisons), which keeps the family-wise rate at alpha.
@@ -53,6 +64,7 @@ MIN_CROSS = 50  # fewer simulated crossings than this at a look: use its nominal
 CAL_SEED = 20261203
 MAX_CAL_CELLS = 8_000_000  # fewer simulated sequences when there are many looks (the margin grows to match)
 MAX_CAL_PAIRS = 100  # beyond this many pairs at the last look: nominal boundaries (df large where alpha is spent)
+FUTILITY_CP = 0.10  # stop for futility below this conditional power under the current trend (non-binding)
 
 
 def rule_text(max_looks: int, alpha: float, m: int = 1) -> str:
@@ -60,8 +72,9 @@ def rule_text(max_looks: int, alpha: float, m: int = 1) -> str:
     return (f"group-sequential, Lan-DeMets O'Brien-Fleming-type alpha spending (two-sided, symmetric, "
             f"{per}) over at most {max_looks} equally spaced looks; at each look the paired t-test on ln(a/b) "
             "crosses when |t| reaches the look's boundary (calibrated by simulation to the t law at the planned "
-            "pair counts); crossing -> finding and stop; the last look "
-            "without crossing -> not significant; no futility stop")
+            "unit counts (the server start when the run has several, else the pair); crossing -> finding and "
+            f"stop; from look 2 before the last, conditional power under the current trend below {FUTILITY_CP:g} -> "
+            "not significant (futility, non-binding); the last look without crossing -> not significant")
 
 
 def spending(t: float, alpha: float) -> float:
@@ -180,9 +193,18 @@ class Decision:
         return asdict(self)
 
 
+def conditional_power(z: float, frac: float, final_z: float) -> float:
+    """P(|Z_K| >= final_z at the last look | Z_k = z at information fraction frac), the drift set to the current
+    trend z / sqrt(frac) (Brownian motion B(t) = Z sqrt(t)); the side of the current estimate only."""
+    if frac >= 1:
+        return float(abs(z) >= final_z)
+    return float(stats.norm.cdf((abs(z) / math.sqrt(frac) - final_z) / math.sqrt(1 - frac)))
+
+
 def look(pairs_so_far: Sequence[tuple[float, float]], *, look_index: int, max_looks: int, alpha: float = 0.05,
          comparisons: int = 1, higher_is_better: bool = True, block_pairs: int = 1,
-         first_pairs: int | None = None) -> Decision:
+         first_pairs: int | None = None, sessions: Sequence[int] | None = None,
+         futility: float | None = FUTILITY_CP, unit: str | None = None) -> Decision:
     """One look (1-based `look_index` of `max_looks`) at the (a, b) pairs gathered so far.
 
     The planned looks: the first after `first_pairs` pairs, each later one `block_pairs` more
@@ -191,6 +213,9 @@ def look(pairs_so_far: Sequence[tuple[float, float]], *, look_index: int, max_lo
     fraction of look k is its planned pair count over the last look's. `comparisons`: the number
     of declared comparisons sharing the family-wise alpha (each gets alpha / comparisons). A
     comparison that has crossed at an earlier look is decided: do not look at it again.
+    `sessions` (each pair's server start): with 2 or more starts the unit is the start (its mean ln(a/b)) and
+    the counts above count starts. `futility`: the conditional-power threshold of the futility rule (None: off).
+    `unit="block"`: each pair is already one block of server starts (arms), as the records then say.
     """
     if not (isinstance(look_index, int) and isinstance(max_looks, int) and 1 <= look_index <= max_looks):
         raise ValueError(f"look_index must be 1..{max_looks}, not {look_index!r}")
@@ -199,6 +224,15 @@ def look(pairs_so_far: Sequence[tuple[float, float]], *, look_index: int, max_lo
     pairs = [(float(x), float(y)) for x, y in pairs_so_far]
     if any(not (math.isfinite(v) and v > 0) for p in pairs for v in p):
         raise ValueError("every value in a sequential look must be a finite positive number (the test is on ln(a/b))")
+    if sessions is not None and len(sessions) != len(pairs):
+        raise ValueError(f"{len(sessions)} session labels for {len(pairs)} pairs")
+    by_start = sessions is not None and len(set(sessions)) >= 2
+    n_pairs = len(pairs)
+    if by_start:
+        d_all = np.log(np.array([p[0] for p in pairs]) / np.array([p[1] for p in pairs]))
+        labels = sorted(set(sessions))
+        units = [float(d_all[np.asarray(sessions) == s].mean()) for s in labels]
+        pairs = [(math.exp(u), 1.0) for u in units]  # one unit per start: its mean ln ratio
     n = len(pairs)
     if first_pairs is None:
         first_pairs = max(1, n - (look_index - 1) * block_pairs)
@@ -211,7 +245,11 @@ def look(pairs_so_far: Sequence[tuple[float, float]], *, look_index: int, max_lo
     tb_all, how = t_boundaries(sizes, a_alpha)
     tb = tb_all[look_index - 1]
     final = look_index == max_looks
-    rec: dict[str, Any] = {"look": look_index, "max_looks": max_looks, "n_pairs": n, "planned_pairs": sizes[look_index - 1],
+    rec: dict[str, Any] = {"look": look_index, "max_looks": max_looks, "n_pairs": n_pairs, "n_units": n,
+                           "unit": unit or ("session" if by_start else "repeat"),
+                           "scope": (f"these {n} blocks of server starts" if unit == "block" else
+                                     f"these {n} server starts" if by_start else "this server start"),
+                           "planned_pairs": sizes[look_index - 1],
                            "information_fraction": frac, "alpha": a_alpha,
                            "alpha_spent": spending(frac, a_alpha),
                            "z_boundary": z_boundaries(tuple(x / sizes[-1] for x in sizes), a_alpha)[look_index - 1],
@@ -239,13 +277,22 @@ def look(pairs_so_far: Sequence[tuple[float, float]], *, look_index: int, max_lo
                wins_b=int(((d < 0) if higher_is_better else (d > 0)).sum()))
     if abs(tstat) >= tb:
         return Decision(True, "finding", tb, rule, rec)
+    if futility is not None and not final and look_index >= 2:
+        # the current trend on the z scale: the t statistic's two-sided p read as a normal z
+        z = float(stats.norm.isf(rec["p_value"] / 2)) if rec["p_value"] > 0 else math.inf
+        zk = z_boundaries(tuple(x / sizes[-1] for x in sizes), a_alpha)[-1]
+        cp = conditional_power(z, frac, zk)
+        rec.update(conditional_power=cp, futility_threshold=futility)
+        if cp < futility:
+            rec["stop_reason"] = "futility"
+            return Decision(True, "not significant", tb, rule, rec)
     return Decision(final, "not significant" if final else "continue", tb, rule, rec)
 
 
 def look_all(pairs: Mapping[str, Sequence[tuple[float, float]]], *, look_index: int, max_looks: int,
              alpha: float = 0.05, previous: Mapping[str, Decision] | None = None,
              higher_is_better: Mapping[str, bool] | None = None, block_pairs: int = 1,
-             first_pairs: int | None = None) -> tuple[bool, dict[str, Decision]]:
+             first_pairs: int | None = None, futility: float | None = FUTILITY_CP) -> tuple[bool, dict[str, Decision]]:
     """Look at every declared comparison (name -> its pairs so far). Comparisons already decided in
     `previous` keep their decision. Returns (every comparison decided, name -> Decision)."""
     m = len(pairs)
@@ -257,5 +304,5 @@ def look_all(pairs: Mapping[str, Sequence[tuple[float, float]]], *, look_index: 
             continue
         hib = True if higher_is_better is None else higher_is_better.get(name, True)
         out[name] = look(ps, look_index=look_index, max_looks=max_looks, alpha=alpha, comparisons=m,
-                         higher_is_better=hib, block_pairs=block_pairs, first_pairs=first_pairs)
+                         higher_is_better=hib, block_pairs=block_pairs, first_pairs=first_pairs, futility=futility)
     return all(d.decided for d in out.values()), out

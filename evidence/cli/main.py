@@ -16,7 +16,7 @@ from rich.table import Table
 
 from evidence import __version__
 from evidence.canon import dumps
-from evidence.spec.plan import make_plan
+from evidence.spec.plan import design_claim, make_plan
 from evidence.cli import analysis as analysis_cmds, engine as engine_cmds, execute as execute_cmds
 from evidence.cli import interop as interop_cmds, release as release_cmds, run as run_cmds, spec as spec_cmds
 from evidence.cli import trace as trace_cmds
@@ -93,6 +93,7 @@ def validate(
         "article_commit": s.code.article_commit,
         "profile": ({"tool": s.profile.tool, "points": list(s.profile.points)} if s.profile.enabled else None),
         "comparisons": [f"C{c.a} vs C{c.b}" for c in s.analysis.comparisons],
+        "design": design_claim(s),  # what its verdicts can claim before it runs: unit, n, df, scope
     }
     if as_json:
         sys.stdout.write(dumps(summary))
@@ -116,6 +117,7 @@ def validate(
         t.add_row("profile", f"{s.profile.tool} at {', '.join(f'C{p}' for p in s.profile.points)} (separate diagnostic run)")
     if summary["comparisons"]:
         t.add_row("comparisons", ", ".join(summary["comparisons"]))
+    t.add_row("can claim", summary["design"]["text"])
     out.print(t)
 
 
@@ -141,7 +143,9 @@ def plan(
     s = load_spec_or_exit(spec, as_json)
     p = make_plan(s)
     if from_run is not None:
-        from evidence.analysis.stats import plan_noise, run_log_ratios
+        import json
+
+        from evidence.analysis.stats import plan_noise, run_costs, run_log_ratios
         from evidence.canon import read_json
         from evidence.rundir import SUMMARY, RunDir, is_run_dir
 
@@ -164,6 +168,14 @@ def plan(
                     values[tid] = float(v)
         except (OSError, ValueError, KeyError, TypeError) as e:
             fail(f"--from {from_run}: cannot read its plan and trial summaries ({e})")
+        events = []
+        if rd.events.is_file():  # the measured cost of a server start and of a repeat, for the starts x repeats design
+            for line in rd.events.read_text(encoding="utf-8").splitlines():
+                try:
+                    events.append(json.loads(line))
+                except ValueError:
+                    continue
+        costs = run_costs(events)
         comps = [(c.a, c.b) for c in s.analysis.comparisons]
         declared = bool(comps)
         if not comps:
@@ -175,7 +187,7 @@ def plan(
             d, sess = run_log_ratios(trials, values, a, b)
             row: dict = {"a": a, "b": b, "metric": "output_throughput"}
             try:
-                row.update(plan_noise(d, sess, effect=eff, alpha=alpha))
+                row.update(plan_noise(d, sess, effect=eff, alpha=alpha, costs=costs))
             except ValueError as e:
                 row.update(n_pairs=len(d), note=str(e))
             rows.append(row)
@@ -207,6 +219,16 @@ def plan(
         for r in rows:
             if r.get("note"):
                 out.print(f"C{r['a']} vs C{r['b']}: {r['note']}")
+            for key, what in (("design", "at the estimated sd"), ("design_upper", "at the upper end of the "
+                                                                   "between-start sd's 95% interval")):
+                dz = r.get(key)
+                if dz:
+                    tm = f", about {dz['time_s'] / 3600:.1f} h" if dz.get("time_s") else ""
+                    out.print(f"C{r['a']} vs C{r['b']}: 80% power at {eff:.1%} {what}: {dz['starts']} server starts x "
+                              f"{dz['repeats_per_start']} repeat(s){tm}")
+        if costs.get("start_s") and costs.get("repeat_s"):
+            out.print(f"measured costs: a server start (with warm-up) {costs['start_s']:.0f} s, a repeat of every "
+                      f"point {costs['repeat_s']:.0f} s")
         return
     if as_json:
         sys.stdout.write(dumps(p.as_dict()))
@@ -220,6 +242,7 @@ def plan(
                   *((str(tr.session),) if p.sessions > 1 else ()))
     out.print(t)
     out.print(p.note)
+    out.print("can claim: " + design_claim(s)["text"])
     counts = p.position_counts()
     out.print("positions taken: " + "; ".join(
         f"C{pt}: " + ", ".join(f"#{pos} x{n}" for pos, n in sorted(c.items())) for pt, c in sorted(counts.items())))

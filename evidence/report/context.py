@@ -215,7 +215,13 @@ def _comparison_tables(res: dict) -> list[dict]:
         rows.append(("mean", "", "", pct(c.mean_diff, signed=True), f"{A} {c.wins_a}, {B} {c.wins_b}"
                      + (f", ties {c.ties}" if c.ties else ""), ""))
         ci, cj, ss = c.ci95, c.ci_adjusted, c.sessions
-        stats = [("verdict", c.verdict), ("unit of the test", f"{c.unit}: n = {c.n_units} ({c.pairs} paired repeats)"),
+        raw = c.raw
+        df = raw.get("df")
+        stats = [("verdict", c.verdict), ("unit of the test", f"{c.unit}: n = {c.n_units}"
+                                          + (f", {df} df" if df is not None else "") + f" ({c.pairs} paired repeats)")]
+        if raw.get("scope"):
+            stats.append(("scope", raw["scope"] + (f" ({raw['scope_note']})" if raw.get("scope_note") else "")))
+        stats += [
                  ("effect (mean of (a - b) / b)", pct(c.effect, signed=True, d=2)),
                  ("95% interval", f"{pct(ci[0], signed=True, d=2)} to {pct(ci[1], signed=True, d=2)}" if ci else "n/a"),
                  ("p (paired t on ln a/b)", p_text(c.p_value)),
@@ -223,19 +229,99 @@ def _comparison_tables(res: dict) -> list[dict]:
                   f"{c.family} comparison(s): adjusted p {p_text(c.p_adjusted)}"
                   + (f", {pct(c.ci_adjusted_level, d=2)} interval {pct(cj[0], signed=True, d=2)} to "
                      f"{pct(cj[1], signed=True, d=2)}" if cj and c.family > 1 else "")),
-                 ("smallest detectable effect (MDE)", pct(c.mde, d=2)),
+                 (("smallest effect found with 80% power at this level (MDE)" if "halfwidth" in raw
+                   else "smallest detectable effect (MDE)"), pct(c.mde, d=2)),
                  ("exact sign p / permutation p", f"{p_text(c.sign_p)} / {p_text(c.perm_p)}"
                   + (f" ({c.sign_note})" if c.sign_note else "")),
                  ("noise: CV " + c.noise["cv_kind"], f"{A} {pct(c.noise['a_cv'])}, {B} {pct(c.noise['b_cv'])}")]
+        if raw.get("margin") is not None:
+            stats.append(("equivalence (two one-sided tests)",
+                          f"margin +-{pct(raw['margin'], d=2)}: p {p_text(raw.get('tost_p'))}, "
+                          + ("equivalent" if raw.get("equivalent") else "not shown equivalent")))
         if ss:
-            stats.append(("engine sessions: sd of ln(a/b) within / between",
-                          f"{ss['sessions']} sessions: {num(ss['sd_within_log'], 4)} / {num(ss['sd_between_log'], 4)} "
-                          f"(F-test p {p_text(ss['f_p'])}); {ss['note'] or ''}"))
+            ci_w, ci_b = ss.get("sd_within_log_ci95"), ss.get("sd_between_log_ci95")
+            stats.append(("server starts: sd of ln(a/b) within / between",
+                          f"{ss['sessions']} sessions: {num(ss['sd_within_log'], 4)}"
+                          + (f" ({num(ci_w[0], 4)} to {num(ci_w[1], 4)})" if ci_w else "")
+                          + f" / {num(ss['sd_between_log'], 4)}"
+                          + (f" ({num(ci_b[0], 4)} to {num(ci_b[1], 4)})" if ci_b else "")
+                          + f" (F-test p {p_text(ss['f_p'])})" + (f"; {ss['note']}" if ss.get("note") else "")))
         note = (f"{c.statement}. Paired difference = (T_{A} - T_{B}) / T_{B}. Test: {c.test}.")
         out.append(table(f"Paired comparison {A} vs {B} (output throughput, tok/s)",
                          ["repeat", A, B, "paired difference", "winner", "flags"], rows, "lrrrll", note))
         out.append(table(f"{A} vs {B}: the stated procedure", ["item", "value"], stats, "ll"))
     return out
+
+
+def _arms_tables(res: dict) -> list[dict]:
+    """spec.arms: the arms side by side at every point, each pair of arms tested with the block as the unit."""
+    ar = res.get("arms")
+    if not ar:
+        return []
+    rows = []
+    for c in ar["comparisons"]:
+        ga = (sum(c["a_values"]) / len(c["a_values"])) if c["a_values"] else None
+        gb = (sum(c["b_values"]) / len(c["b_values"])) if c["b_values"] else None
+        ci = c.get("ci")
+        rows.append((label(c["point"]), f"{c['a']} vs {c['b']}", num(ga) if ga is not None else "n/a",
+                     num(gb) if gb is not None else "n/a", pct(c["effect"], signed=True, d=1),
+                     (f"{pct(ci[0], signed=True, d=1)} to {pct(ci[1], signed=True, d=1)}" if ci else "n/a"),
+                     f"{c['n_units']} ({c['df']} df)" if c.get("df") is not None else str(c["n_units"]),
+                     c["verdict"]))
+    return [table("Arms side by side (output throughput, tok/s; each block's start valued by its geometric mean)",
+                  ["point", "arms", "a", "b", "effect", "interval", "blocks", "verdict"], rows, "llrrrrrl",
+                  ar["method"] + ". " + " ".join(c["statement"] + "." for c in ar["comparisons"]))]
+
+
+def _looks_tables(res: dict) -> list[dict]:
+    """--until-decided: every look (units, t against its boundary, alpha spent, repeated interval) and the stop."""
+    sq = res.get("sequential")
+    if not sq:
+        return []
+    rows = []
+    for ln in sq["looks"]:
+        for r in ln["comparisons"]:
+            rci = r.get("rci")
+            name = (f"{label(r['a'])} vs {label(r['b'])}" if r.get("point") is None else
+                    f"arm {r['a']} vs arm {r['b']} at {label(r['point'])}")
+            rows.append((str(ln["look"]) + f" of {ln['max_looks']}", num(ln["repeats"]), name,
+                         f"{r.get('n_units')} " + {"session": "server starts", "block": "blocks of starts"}.get(
+                             r.get("unit"), "repeats"),
+                         num(r["t"], 3) if r.get("t") is not None else "n/a",
+                         num(r["t_boundary"], 3) if r.get("t_boundary") is not None else "n/a",
+                         num(r["alpha_spent"], 5) if r.get("alpha_spent") is not None else "n/a",
+                         (f"{pct(rci[0], signed=True, d=1)} to {pct(rci[1], signed=True, d=1)}"
+                          if isinstance(rci, list) and None not in rci else "n/a"),
+                         num(r["conditional_power"], 3) if r.get("conditional_power") is not None else "",
+                         str(r.get("verdict"))))
+    stop = sq.get("stop") or {}
+    note = ((f"Stopped after {stop.get('repeats')} repeat(s): {stop.get('stop')}. " if stop else "Not stopped yet. ")
+            + f"Rule: {sq.get('rule') or 'n/a'}. The repeated interval stays valid whenever the design stops; the "
+            "comparison tables above test every unit the loop added at a fixed 95% level.")
+    return [table("Until decided: the looks", ["look", "repeats", "comparison", "units", "t", "|t| boundary",
+                                               "alpha spent", "repeated interval", "cond. power", "decision"],
+                  rows, "lrlrrrrrrl", note)]
+
+
+def _variance_tables(res: dict) -> list[dict]:
+    """Between- and within-server-start sd of ln(throughput) per point, with 95% intervals (analysis.json with
+    variance_components; none for an older one)."""
+    vc = res.get("variance_components")
+    if not vc:
+        return []
+
+    def sd(v: dict, k: str) -> str:
+        x, ci = v.get(k), v.get(k + "_ci")
+        if x is None:
+            return "n/a"
+        return num(x, 4) + (f" ({num(ci[0], 4)} to {num(ci[1], 4)})" if ci else "")
+
+    rows = [(label(v["point"]), num(v["sessions"]), num(v["repeats"]), sd(v, "sd_between"), sd(v, "sd_within"),
+             pct(v.get("share_between"), d=0) if v.get("share_between") is not None else "n/a",
+             v.get("absent") or "") for v in vc["points"]]
+    return [table("Server starts and repeats: sd of ln(output throughput), 95% intervals",
+                  ["point", "server starts", "trials", "between starts", "within a start", "share between", "note"],
+                  rows, "lrrrrrl", vc["method"] + ".")]
 
 
 def _side_by_side_tables(res: dict) -> list[dict]:
@@ -408,8 +494,9 @@ def build_context(run_dir: Path, data: RunData, res: dict, figs: dict[str, bytes
     sections.append(section("distributions", "Latency distributions",
                             tables=_side_by_side_tables(res) + [_latency_point_table(res)],
                             figures=[n for n in ("latency_ecdf",) if n in have]))
-    sections.append(section("throughput", "Throughput per point", tables=[_points_table(res), _prompt_table(res)]))
-    sections.append(section("paired", "Paired comparisons", tables=_comparison_tables(res),
+    sections.append(section("throughput", "Throughput per point",
+                            tables=[_points_table(res)] + _variance_tables(res) + [_prompt_table(res)]))
+    sections.append(section("paired", "Paired comparisons", tables=_comparison_tables(res) + _looks_tables(res) + _arms_tables(res),
                             paragraphs=[METHODS["paired_test"] + ".", METHODS["multiplicity"] + ".",
                                         METHODS["verdict"] + "."] if res["comparisons"] else
                             ["The spec names no comparison (analysis.comparisons); see the ordering above."]))

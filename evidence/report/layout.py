@@ -46,9 +46,10 @@ def _p(x: Any) -> str:
     return "< 0.001" if x < 0.001 else f"{x:.3f}"
 
 
-def comparison_line(c: dict, *, named: bool = True) -> str:
+def comparison_line(c: dict, *, named: bool = True, scoped: bool = True) -> str:
     """One comparison in one sentence: verdict first, then the effect with its interval, p and MDE (or the wins).
-    named=False leaves out the leading "Ca vs Cb: " (for a table whose row already names it)."""
+    named=False leaves out the leading "Ca vs Cb: " (for a table whose row already names it); scoped=False leaves
+    out its scope (where one line above states the scope of every verdict, as the run's headline does)."""
     A, B = label(c["a"]), label(c["b"])
     st = _stats(c)
     name = (c.get("name") or f"{A} vs {B}") + ": " if named else ""
@@ -58,7 +59,12 @@ def comparison_line(c: dict, *, named: bool = True) -> str:
         return f"{name}{verdict or 'no paired repeats'}."
     # the wins count paired repeats; when sessions differ, the test's unit is the session (fewer, wider)
     wins = f"{A} won {c.get('wins_a', st.get('wins_a', 0))} of {n} paired repeat(s)"
-    if c.get("unit") == "session" or st.get("unit") == "session":
+    scope = st.get("scope", c.get("scope"))
+    if scope:  # analysis.json with scope: what it is about, with the unit's n and df
+        k, df = st.get("n_units", c.get("n_units")), st.get("df", c.get("df"))
+        wins += (f"; {scope}, n = {k}" + (f", {df} df" if df is not None else "") if scoped else
+                 f" ({scope}" + (f", {df} df)" if df is not None else ")"))
+    elif c.get("unit") == "session" or st.get("unit") == "session":
         k = st.get("n_units", c.get("n_units"))
         wins += f"; the test's unit is the engine session{f' (n = {k})' if isinstance(k, int) else ''}"
     effect = st.get("effect", c.get("mean_diff"))
@@ -67,7 +73,8 @@ def comparison_line(c: dict, *, named: bool = True) -> str:
         p = st.get("p_adjusted", st.get("p_value"))
         ptxt = ("p (Holm) " if "p_adjusted" in st and st.get("p_adjusted") != st.get("p_value") else "p ")
         ptxt += _p(p) if _p(p).startswith("<") else "= " + _p(p)
-        mde = f"; smallest detectable {pct(st['mde'], d=1)}" if isinstance(st.get("mde"), (int, float)) else ""
+        mde = (f"; {'MDE' if 'scope' in st or 'scope' in c else 'smallest detectable'} "
+               f"{pct(st['mde'], d=1)}" if isinstance(st.get("mde"), (int, float)) else "")
         return (f"{name}{verdict}; {A} {pct(effect, signed=True, d=1)} against {B} (95% CI "
                 f"{pct(ci[0], signed=True, d=1)} to {pct(ci[1], signed=True, d=1)}; {ptxt}{mde}); {wins}.")
     spread = c.get("spread")
@@ -92,8 +99,10 @@ def _verdicts(res: dict, limit: int) -> tuple[list[str], set[tuple[str, str | No
                                                 if c.get("with_failures") else "") + ".")
     pts = "; ".join(f"{p['label']} {num(p['output_throughput']['mean'], 0)} (CV {pct(p['output_throughput']['cv'], d=1)}, "
                     f"n={p['repeats_measured']})" for p in res["points"])
+    sc = res.get("scope")
+    scoped = not (isinstance(sc, dict) and sc.get("scope"))
     out.append(f"Mean output throughput, tok/s: {pts}.")
-    comps = [(x.get("name"), comparison_line(x)) for x in res["comparisons"]]
+    comps = [(x.get("name"), comparison_line(x, scoped=scoped)) for x in res["comparisons"]]
     o = res["ordering"]
     tail = []
     if o.get("statement"):
@@ -166,8 +175,8 @@ def latency_concurrency_table(res: dict) -> dict:
         rows.append(row)
     headers = ["point", "repeats", "interval over"] + [f"{m.upper()} {k} ({METRICS[m].unit if m in METRICS else 'ms'})"
                                       for m in metrics for k in keys]
-    unit = ("the engine session when the point's sessions differ (between-session sd above 0), else the repeat"
-            if "session" in units else "the repeat")
+    unit = ("the server start (engine session), each valued by the mean of ln over its repeats" if "session" in units
+            else "the repeat, so each interval is about this one server start")
     return table("Latency against concurrency: each trial's percentile, mean over repeats (95% interval)",
                  headers, rows, "lrl" + "r" * (len(headers) - 3),
                  "Each cell is the mean over repeats of the per-trial percentile; in parentheses its 95% t interval "

@@ -11,9 +11,15 @@ stops, otherwise one more block (one repeat of every point, in the next rotation
 cyclic Latin square; a new engine session when the spec has sessions > 1) is run, until
 the budget of N repeats is spent (the last look decides what is left).
 
-Every look and the stopping rule are recorded: looks.jsonl (one line per look, then one
-with "stop" and the rule), the same as events ("look", "until_decided_stop"), and plan.json,
-rewritten atomically with the added trials after the planned ones and an "until_decided" note.
+The unit of the looks is the analysis's (evidence.analysis.stats): with sweep.sessions > 1 every
+added block is a server start of its own and the looks test the starts (each valued by its mean
+ln(a/b)); with one start they test the pairs, and every decision is about that server start.
+
+Every look and the stopping rule are recorded: looks.jsonl (one line per look, with the alpha
+spent, the boundaries and, for each comparison, its unit, n and scope; then one with "stop"
+and the rule), the same as events ("look", "until_decided_stop"), and plan.json, rewritten
+atomically with the added trials after the planned ones and an "until_decided" note. The number
+of looks is fixed at the first look: resuming with another --max-repeats is refused.
 """
 
 from __future__ import annotations
@@ -29,7 +35,7 @@ from evidence.run.session import RunError
 from evidence.run.sweep import RunContext, run_trials, trial_session
 from evidence.rundir import SUMMARY, RunDir
 from evidence.spec.model import Spec
-from evidence.spec.plan import Trial, point_seed, repeat_orders
+from evidence.spec.plan import Trial, arm_of_session, point_seed, repeat_orders
 
 ALPHA = 0.05
 METRIC = "output_throughput"
@@ -40,6 +46,15 @@ Look = Callable[..., Any]
 def check_request(spec: Spec, max_repeats: int | None) -> None:
     """Refuse, before anything is created, an --until-decided run that could not work."""
     if not spec.analysis.comparisons:
+        raise RunError("--until-decided needs the comparisons to decide: declare them in the spec under "
+                       "analysis.comparisons (e.g. [{a: 64, b: 128}]).")
+    arms = [a.name for a in getattr(spec, "arms", [])]
+    if arms:
+        if max_repeats is not None and (max_repeats - spec.sweep.repeats) % len(arms):
+            raise RunError(f"--max-repeats {max_repeats}: with {len(arms)} arms every added block is {len(arms)} "
+                           f"server starts of one repeat each, so the repeats beyond the planned "
+                           f"{spec.sweep.repeats} must be a multiple of {len(arms)}.")
+    elif not spec.analysis.comparisons:
         raise RunError("--until-decided needs the comparisons to decide: declare them in the spec under "
                        "analysis.comparisons (e.g. [{a: 64, b: 128}]).")
     if max_repeats is None:
@@ -67,8 +82,7 @@ def _append_look(rd: RunDir, row: dict) -> None:
 
 def pairs(rd: RunDir, trials: list[Trial], a: int, b: int) -> tuple[list[tuple[float, float]], list[int]]:
     """(a, b) output tok/s from the same repeat, for every repeat where both trials are complete, and
-    each pair's engine session. The looks pair by repeat; the sessions are recorded beside them (the
-    analysis afterwards makes the session the unit when sessions differ, evidence.analysis.stats)."""
+    each pair's engine session (with sessions, the looks' unit is the session, as in the analysis)."""
     done = set(rd.completed_trials())
     val: dict[tuple[int, int], float] = {}
     sess: dict[int, int] = {}
@@ -80,6 +94,30 @@ def pairs(rd: RunDir, trials: list[Trial], a: int, b: int) -> tuple[list[tuple[f
                 sess[t.repeat] = trial_session(t)
     reps = [r for r in sorted({r for r, _ in val}) if (r, a) in val and (r, b) in val]
     return [(val[(r, a)], val[(r, b)]) for r in reps], [sess[r] for r in reps]
+
+
+def arm_pairs(rd: RunDir, trials: list[Trial], a: str, b: str, point: int, m: int) -> list[tuple[float, float]]:
+    """Per block of server starts (one start per arm) where both arms measured `point`: each arm's geometric
+    mean output tok/s over its start's repeats there (the block is the unit, as in evidence.analysis.arms)."""
+    done = set(rd.completed_trials())
+    logs: dict[tuple[int, str], list[float]] = {}
+    for t in trials:
+        if t.id in done and t.point == point and t.arm in (a, b):
+            v = read_json(rd.trial_dir(t.id) / SUMMARY).get(METRIC)
+            if isinstance(v, (int, float)) and v > 0:
+                logs.setdefault(((trial_session(t) - 1) // m, t.arm), []).append(math.log(v))
+    blocks = sorted({blk for blk, _ in logs})
+    return [(math.exp(sum(logs[(blk, a)]) / len(logs[(blk, a)])), math.exp(sum(logs[(blk, b)]) / len(logs[(blk, b)])))
+            for blk in blocks if (blk, a) in logs and (blk, b) in logs]
+
+
+def _targets(spec: Spec) -> list[tuple[Any, Any, int | None]]:
+    """What the looks decide: the declared comparisons of points (a, b, None), or, with arms, every pair of arms
+    at every point (arm a, arm b, point)."""
+    arms = [x.name for x in getattr(spec, "arms", [])]
+    if arms:
+        return [(a, b, p) for i, a in enumerate(arms) for b in arms[i + 1:] for p in spec.sweep.points]
+    return [(c.a, c.b, None) for c in spec.analysis.comparisons]
 
 
 def _json_safe(v: Any) -> Any:
@@ -102,8 +140,21 @@ def _as_dict(d: Any) -> dict:
 
 
 def next_block(spec: Spec, trials: list[Trial]) -> list[Trial]:
-    """One more repeat of every point, in the next rotation of the cyclic Latin square."""
+    """One more repeat of every point, in the next rotation of the cyclic Latin square (with arms: one more block,
+    a server start of one repeat per arm, the arms in the next block's rotation)."""
     sw = spec.sweep
+    arms = [a.name for a in getattr(spec, "arms", [])]
+    if arms:
+        out: list[Trial] = []
+        for j in range(len(arms)):
+            r = max(t.repeat for t in trials + out) + 1
+            s = max(trial_session(t) for t in trials + out) + 1
+            order = repeat_orders(list(sw.points), r, "balanced", None)[r - 1]
+            start = len(trials) + len(out)
+            out += [Trial(index=start + i, repeat=r, point=p, position=i + 1, prompts=sw.prompts_at(p),
+                          seed=point_seed(spec.workload.seed, p), session=s, arm=arm_of_session(s, arms))
+                    for i, p in enumerate(order)]
+        return out
     r = max(t.repeat for t in trials) + 1
     order = repeat_orders(list(sw.points), r, "balanced", None)[r - 1]
     # with sessions, each added block is a session of its own (a fresh server); without, none is named
@@ -122,51 +173,73 @@ def _extend_plan(rd: RunDir, trials: list[Trial], block: list[Trial], note: dict
     write_json(rd.plan_json, plan)
 
 
+def _name(r: dict) -> str:
+    return (f"C{r['a']} vs C{r['b']}" if r.get("point") is None else f"arm {r['a']} vs arm {r['b']} at C{r['point']}")
+
+
 def run_until_decided(ctx: RunContext, trials: list[Trial], *, plan_repeats: int, max_repeats: int, look: Look,
                       progress: bool) -> list[Trial]:
     """Look, and add blocks until every comparison is decided or the budget is spent; returns all trials."""
     spec, rd = ctx.spec, ctx.rd
-    comps = spec.analysis.comparisons
-    max_looks = max_repeats - plan_repeats + 1
+    targets = _targets(spec)
+    m = max(1, len(getattr(spec, "arms", [])))  # repeats a block adds: one, or one start per arm
+    max_looks = (max_repeats - plan_repeats) // m + 1
     recorded = [ln for ln in _looks(rd) if "stop" not in ln]
+    if recorded and recorded[0].get("max_looks") != max_looks:
+        # the boundaries depend on the number of looks: changing it after a look would spend alpha twice
+        raise RunError(f"this run's sequential design was fixed at its first look: at most {recorded[0].get('max_looks')} "
+                       f"looks (--max-repeats {recorded[0].get('max_repeats', '?')}); --max-repeats {max_repeats} would "
+                       f"make it {max_looks}. Resume with --max-repeats {recorded[0].get('max_repeats', '?')}, or start "
+                       "a new run.")
+    by_start = int(getattr(spec.sweep, "sessions", 1) or 1) > 1
     seen = {ln["look"] for ln in recorded}
     # a comparison that crossed keeps its decision (the procedure is not asked again)
-    kept: dict[tuple[int, int], dict] = {}
+    kept: dict[tuple[Any, Any, int | None], dict] = {}
     for ln in recorded:
         for r in ln["comparisons"]:
-            if r.get("decided") and (r["a"], r["b"]) not in kept:
-                kept[(r["a"], r["b"])] = r
+            if r.get("decided") and (r["a"], r["b"], r.get("point")) not in kept:
+                kept[(r["a"], r["b"], r.get("point"))] = r
     rule = ""
     while not stopped(rd):
         repeats = max(t.repeat for t in trials)
-        k = repeats - plan_repeats + 1
+        k = (repeats - plan_repeats) // m + 1
         results = []
-        for c in comps:
-            if (c.a, c.b) in kept:
-                results.append({**kept[(c.a, c.b)], "from_look": kept[(c.a, c.b)].get("from_look", k - 1)})
+        for a, b, point in targets:
+            key = (a, b, point)
+            if key in kept:
+                results.append({**kept[key], "from_look": kept[key].get("from_look", k - 1)})
                 continue
-            pr, sessions = pairs(rd, trials, c.a, c.b)
-            d = _as_dict(look(pr, look_index=k, max_looks=max_looks, alpha=ALPHA, comparisons=len(comps)))
+            if point is None:
+                pr, sessions = pairs(rd, trials, a, b)
+                kw: dict[str, Any] = {"sessions": sessions} if by_start else {}
+            else:  # arms: the block of starts is the unit; the planned blocks make the first look
+                pr, sessions = arm_pairs(rd, trials, a, b, point, m), None
+                kw = {"unit": "block"}
+            d = _as_dict(look(pr, look_index=k, max_looks=max_looks, alpha=ALPHA, comparisons=len(targets), **kw))
             rule = d.get("rule") or rule
-            r = {"a": c.a, "b": c.b, "metric": METRIC, "n_pairs": len(pr), "unit": "repeat",
-                 "pair_sessions": sessions, "from_look": k, **d}
+            rec = d.get("look") or {}
+            r = {"a": a, "b": b, **({"point": point} if point is not None else {}), "metric": METRIC,
+                 "n_pairs": len(pr), "unit": rec.get("unit", "repeat"), "n_units": rec.get("n_units", len(pr)),
+                 "scope": rec.get("scope"), "pair_sessions": sessions, "from_look": k, **d}
             results.append(r)
             if r.get("decided"):
-                kept[(c.a, c.b)] = r
+                kept[key] = r
         all_decided = all(bool(r.get("decided")) for r in results)
-        row = {"look": k, "max_looks": max_looks, "repeats": repeats, "alpha": ALPHA,
-               "comparisons": results, "all_decided": all_decided}
+        row = {"look": k, "max_looks": max_looks, "max_repeats": max_repeats, "planned_repeats": plan_repeats,
+               "repeats": repeats, "alpha": ALPHA, "comparisons": results, "all_decided": all_decided}
         if k not in seen:  # a resumed run recomputes the same look from the same trials: record it once
             _append_look(rd, row)
             rd.event("look", look=k, max_looks=max_looks, repeats=repeats, all_decided=all_decided,
-                     verdicts={f"C{r['a']} vs C{r['b']}": r.get("verdict") for r in results})
+                     verdicts={_name(r): r.get("verdict") for r in results})
             seen.add(k)
             ctx.say(f"look {k} of at most {max_looks} after {repeats} repeat(s): "
-                    + "; ".join(f"C{r['a']} vs C{r['b']}: {r.get('verdict')}" for r in results), highlight=False)
+                    + "; ".join(f"{_name(r)}: {r.get('verdict')}" for r in results), highlight=False)
         if all_decided or repeats >= max_repeats:
             # at the budget's last look every comparison is decided by definition ("not significant" if it
             # never crossed): the stop is the budget's, not the evidence's
-            why = f"budget spent ({max_repeats} repeats)" if repeats >= max_repeats else "every comparison decided"
+            futile = [r for r in results if (r.get("look") or {}).get("stop_reason") == "futility"]
+            why = (f"budget spent ({max_repeats} repeats)" if repeats >= max_repeats else
+                   "every comparison decided" + (f" ({len(futile)} for futility)" if futile else ""))
             stop = {"stop": why, "look": k, "repeats": repeats, "max_repeats": max_repeats,
                     "planned_repeats": plan_repeats, "rule": rule}
             _append_look(rd, stop)

@@ -64,6 +64,13 @@ def _ensure_session(ctx: RunContext, trial: Trial, first_in_call: bool) -> None:
         reason = "per_trial restart" if ctx.session == sess else f"session {ctx.session} done; session {sess} starts"
         ctx.rd.event("engine_stopped", reason=reason)
     new_session = ctx.session != sess
+    arm = getattr(trial, "arm", None)
+    if arm is not None and hasattr(ctx.engine, "spec"):
+        # this start runs the trial's arm: the adapter reads its spec (command, env) when it starts
+        from evidence.spec.plan import spec_for_arm
+
+        ctx.engine.spec = spec_for_arm(ctx.spec, arm)
+        ctx.rd.event("arm_start", arm=arm, session=sess, before=trial.id)
     start_engine(ctx.engine, ctx.rd, ctx.spec, ctx.say, ctx.hooks)
     if new_session and ctx.session is not None:
         # a new server for a new block of repeats: what it runs on is recorded again

@@ -336,7 +336,9 @@ class Sweep(_Model):
     warmup: Warmup = Field(default_factory=Warmup)
     cooldown_s: Annotated[float, Field(ge=0)] = 0.0
     sessions: Annotated[int, Field(ge=1, le=64)] = Field(
-        1, description="engine (re)starts: the repeats are split into this many balanced blocks, one server each")
+        1, description="engine (re)starts: the repeats are split into this many balanced blocks, one server each; "
+                       "with 1 every verdict is about that server start, with 2 or more the start is the unit of "
+                       "every test, and a claim about the configuration needs 3 or more")
 
     @model_validator(mode="after")
     def _points(self) -> "Sweep":
@@ -415,6 +417,10 @@ class Profile(_Model):
 class Comparison(_Model):
     a: Concurrency
     b: Concurrency
+    # a declared equivalence margin turns "not significant" into a positive claim when both one-sided tests reject
+    margin: Annotated[float, Field(gt=0, lt=1)] | None = Field(
+        None, description="equivalence margin, a fraction (0.05: the two points are called equivalent when the "
+                          "ratio is shown within +-5% by two one-sided tests); null: no equivalence test")
 
     @model_validator(mode="after")
     def _distinct(self) -> "Comparison":
@@ -445,6 +451,22 @@ class Analysis(_Model):
         return sorted(v)
 
 
+class Arm(_Model):
+    """A named variant of the engine section: its env and args replace the engine's (one arm per server start)."""
+
+    name: str = Field(description="short id of the arm: lowercase letters, digits, '.', '_', '-'")
+    env: dict[str, str] = Field(default_factory=dict, description="added to engine.env for this arm's server starts")
+    args: dict[str, Any] = Field(default_factory=dict, description="engine.args fields this arm sets (replacing the "
+                                                                   "engine's value, e.g. extra)")
+
+    @field_validator("name")
+    @classmethod
+    def _arm_name(cls, v: str) -> str:
+        if not NAME.match(v):
+            raise ValueError("an arm's name must be 1-64 chars of lowercase letters, digits, '.', '_' or '-'")
+        return v
+
+
 class Spec(_Model):
     name: str = Field(description="short id: lowercase letters, digits, '.', '_', '-'")
     title: str
@@ -457,6 +479,9 @@ class Spec(_Model):
     sweep: Sweep
     profile: Profile = Field(default_factory=Profile)
     analysis: Analysis = Field(default_factory=Analysis)
+    # arms: each server start runs one arm; sweep.sessions is a multiple of the arms (blocks of one start per arm)
+    arms: list[Arm] = Field(default_factory=list, description="named variants of the engine (env, args) compared "
+                                                              "start by start; empty: one engine")
 
     @field_validator("name")
     @classmethod
@@ -469,6 +494,20 @@ class Spec(_Model):
     def _cross(self) -> "Spec":
         pts = set(self.sweep.points)
         problems = []
+        if self.arms:
+            names = [a.name for a in self.arms]
+            m = len(names)
+            if m < 2 or len(set(names)) != m:
+                problems.append(f"@arms: needs 2 or more arms with distinct names, not {names}")
+            elif self.sweep.sessions % m or self.sweep.sessions < 2 * m:
+                problems.append(f"@sweep.sessions: with {m} arms the server starts come in blocks of {m} (one per "
+                                f"arm), at least 2 blocks: sessions must be a multiple of {m} and >= {2 * m}, not "
+                                f"{self.sweep.sessions}")
+            for i, a in enumerate(self.arms):
+                try:
+                    EngineArgs.model_validate({**self.engine.args.model_dump(), **a.args})
+                except ValueError as e:
+                    problems.append(f"@arms.{i}.args: not valid engine.args ({str(e).splitlines()[0]})")
         for i, c in enumerate(self.analysis.comparisons):
             bad = [p for p in (c.a, c.b) if p not in pts]
             if bad:
@@ -495,8 +534,8 @@ class Spec(_Model):
         if self.total_prompts + wu.requests * (self.trial_count if wu.when == "each_trial" else 1) > MAX_PROMPTS_PER_RUN:
             problems.append(f"@sweep.prompts: the run would send more than {MAX_PROMPTS_PER_RUN:,} prompts "
                             "(all trials plus warm-up); split it into several specs")
-        a, hw = self.engine.args, self.hardware
-        gpus = a.tensor_parallel_size * a.pipeline_parallel_size * a.data_parallel_size
+        ea, hw = self.engine.args, self.hardware
+        gpus = ea.tensor_parallel_size * ea.pipeline_parallel_size * ea.data_parallel_size
         if self.engine.starts_server and hw.count > 0 and gpus > hw.count:
             problems.append(f"@engine.args.tensor_parallel_size: tensor x pipeline x data parallel sizes need {gpus} "
                             f"accelerators but hardware.count is {hw.count}")

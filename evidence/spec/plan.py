@@ -41,6 +41,7 @@ class Trial:
     prompts: int
     seed: int  # prompt seed (same for a point across repeats)
     session: int | None = None  # 1-based engine session; None when the sweep has one session
+    arm: str | None = None  # the arm (spec.arms) this trial's server start runs; None without arms
 
     @property
     def id(self) -> str:
@@ -50,6 +51,8 @@ class Trial:
         d = asdict(self)
         if self.session is None:
             del d["session"]  # plans without sessions keep their bytes
+        if self.arm is None:
+            del d["arm"]  # plans without arms keep their bytes
         d["id"] = self.id
         return d
 
@@ -122,16 +125,36 @@ def session_of(repeats: int, sessions: int) -> list[int]:
     return out
 
 
+def arm_of_session(session: int, arms: list[str]) -> str:
+    """The arm a 1-based server start runs: starts come in blocks of one start per arm, and each block runs the
+    arms in the next rotation of their order (block b starts with arm b mod m), so each arm takes each place in
+    a block equally often over every m blocks: the order of starts is balanced, not confounded with the arm."""
+    m = len(arms)
+    block, place = divmod(session - 1, m)
+    return arms[(place + block) % m]
+
+
+def spec_for_arm(spec: Spec, arm: str) -> Spec:
+    """The spec with its engine section as `arm` sets it (env added, args replaced field by field)."""
+    from evidence.spec.model import EngineArgs
+
+    a = next(x for x in getattr(spec, "arms", []) if x.name == arm)
+    args = EngineArgs.model_validate({**spec.engine.args.model_dump(), **a.args})
+    engine = spec.engine.model_copy(update={"env": {**spec.engine.env, **a.env}, "args": args})
+    return spec.model_copy(update={"engine": engine})
+
+
 def make_plan(spec: Spec) -> Plan:
     sw = spec.sweep
     orders = repeat_orders(list(sw.points), sw.repeats, sw.order, sw.order_seed)
     sessions = int(getattr(sw, "sessions", 1) or 1)
     sess = session_of(sw.repeats, sessions) if sessions > 1 else [None] * sw.repeats
+    arm_names = [a.name for a in getattr(spec, "arms", [])]
     trials = []
     for r, pts in enumerate(orders, start=1):
         for pos, p in enumerate(pts, start=1):
             trials.append(Trial(len(trials), r, p, pos, sw.prompts_at(p), point_seed(spec.workload.seed, p),
-                                sess[r - 1]))
+                                sess[r - 1], arm_of_session(sess[r - 1], arm_names) if arm_names else None))
     n = len(sw.points)
     if sw.order == "balanced":
         if sw.repeats % n == 0:
@@ -147,4 +170,44 @@ def make_plan(spec: Spec) -> Plan:
         sizes = sorted({sess.count(s) for s in range(1, sessions + 1)}, reverse=True)
         note += (f"; {sessions} engine sessions of {' or '.join(map(str, sizes))} consecutive repeat(s) each"
                  + (", each block consecutive rotations of the square" if sw.order == "balanced" else ""))
+    if arm_names:
+        note += (f"; arms {', '.join(arm_names)}: one per server start, in blocks of {len(arm_names)} consecutive "
+                 "starts, the arms' order rotated from block to block")
     return Plan(sw.order, tuple(trials), note)
+
+
+CLAIM_MIN_STARTS = 3  # as evidence.analysis.stats: a claim about the configuration needs this many server starts
+
+
+def design_claim(spec: Spec) -> dict:
+    """What the spec's design can claim before it runs: the unit of every test, its n and df, and the scope.
+
+    The unit is fixed by the design (evidence.analysis.stats): 2 or more server starts (sweep.sessions) make the
+    start the unit; one start leaves the repeat, and every verdict is about that server start."""
+    k = int(getattr(spec.sweep, "sessions", 1) or 1)
+    reps = spec.sweep.repeats
+    unit = "session" if k >= 2 else "repeat"
+    n = k if k >= 2 else reps
+    scope = "this server start" if k == 1 else f"these {k} server starts"
+    if k == 1:
+        note = (f"one server start: every verdict is about that start only (the variance between starts is not "
+                f"measured); set sweep.sessions to {CLAIM_MIN_STARTS} or more for a claim about the configuration")
+    elif k < CLAIM_MIN_STARTS:
+        note = (f"{k} server starts: the test has {k - 1} df and its verdicts are about these starts; a claim about "
+                f"the configuration needs sweep.sessions >= {CLAIM_MIN_STARTS}")
+    else:
+        note = None
+    words = "server starts" if unit == "session" else "repeats of one server start"
+    out = {"server_starts": k, "repeats": reps, "unit": unit, "n": n, "df": n - 1 if n >= 2 else None,
+           "scope": scope, "claim_note": note,
+           "text": (f"verdicts over {n} {words} ({n - 1} df); scope: {scope}" if n >= 2 else
+                    f"{n} unit: no interval, no verdict (no claim)") + (f"; {note}" if note else "")}
+    arms = [a.name for a in getattr(spec, "arms", [])]
+    if arms:
+        blocks = k // len(arms)
+        out["arms"] = {"arms": arms, "unit": "block", "n": blocks, "df": blocks - 1,
+                       "scope": f"these {blocks} blocks of server starts"}
+        out["text"] += (f"; arms {' vs '.join(arms)}: over {blocks} blocks of server starts ({blocks - 1} df)"
+                        + (f", a claim about the arms needs at least {CLAIM_MIN_STARTS} blocks"
+                           if blocks < CLAIM_MIN_STARTS else ""))
+    return out

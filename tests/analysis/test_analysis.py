@@ -15,6 +15,7 @@ import shutil
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -81,17 +82,21 @@ def test_cv_population_vs_sample(tmp_path: Path, kind: str) -> None:
 
 
 T975 = {1: 12.706204736174698, 2: 4.302652729749464}  # t(0.975, df): the 95% two-sided quantiles
+# t(0.8, df) in closed form: df 1 is Cauchy, tan(0.3 pi); df 2 solves t / sqrt(2 + t^2) = 0.6, t = sqrt(1.125)
+T80 = {1: math.tan(0.3 * math.pi), 2: math.sqrt(1.125)}
 
 
 def _by_hand(a: list[float], b: list[float]) -> tuple[float, tuple[float, float], float]:
-    """(effect, 95% interval, MDE) of the paired log-ratio procedure, worked out without the code under test."""
+    """(effect, 95% interval, MDE at 80% power) of the paired log-ratio procedure, worked out without the code
+    under test."""
     d = [math.log(x / y) for x, y in zip(a, b)]
     n = len(d)
     m = sum(d) / n
     sd = math.sqrt(sum((x - m) ** 2 for x in d) / (n - 1))
     half = T975[n - 1] * sd / math.sqrt(n)
     effect = sum((x - y) / y for x, y in zip(a, b)) / n
-    return effect, (math.exp(m - half) - 1, math.exp(m + half) - 1), math.exp(half) - 1
+    mde = math.exp((T975[n - 1] + T80[n - 1]) * sd / math.sqrt(n)) - 1
+    return effect, (math.exp(m - half) - 1, math.exp(m + half) - 1), mde
 
 
 def test_paired_comparison_with_interval_p_and_mde(tmp_path: Path) -> None:
@@ -182,13 +187,34 @@ def test_sessions_are_the_unit_when_they_differ(tmp_path: Path) -> None:
     sd = math.sqrt(sum((x - m) ** 2 for x in means) / 2)
     half = T975[2] * sd / math.sqrt(3)
     assert c["ci95"] == [pytest.approx(math.exp(m - half) - 1, abs=1e-8), pytest.approx(math.exp(m + half) - 1, abs=1e-8)]
-    assert c["verdict"] == "not significant" and "3 sessions are the unit" in c["statement"]
+    assert c["verdict"] == "not significant"
+    assert "scope: these 3 server starts (unit: server starts, n 3, 2 df)" in c["statement"]
+    assert (c["df"], c["scope"], c["scope_note"]) == (2, "these 3 server starts", None)
     assert c["sessions"]["sessions"] == 3 and c["sessions"]["sd_between_log"] > c["sessions"]["sd_within_log"]
     from evidence.analysis.stats import paired as stats_paired
     assert stats_paired(ratio, [1.0] * 6, a=4, b=16, metric="m").verdict == "finding"  # what pooling would claim
     row = _csv_rows(run / "analysis" / "comparisons.csv")[0]
     assert row["unit"] == "session" and row["n_units"] == "3" and row["sessions"] == "3"
     assert any("engine session" in cv for cv in res["caveats"])
+
+
+def test_every_verdict_carries_its_scope(tmp_path: Path) -> None:
+    # one server start: every comparison, link, dominance pair and latency interval says it is about that start
+    run = build_run(tmp_path, throughput=_tp({1: [50, 52, 51], 4: [110, 120, 130], 16: [100, 101, 99]}))
+    res = analyze_run(run)
+    assert res["scope"]["server_starts"] == 1 and res["scope"]["scope"] == "this server start"
+    assert "at least 3 server starts" in res["scope"]["claim_note"]
+    for c in res["comparisons"] + res["adjacent"]:
+        assert (c["unit"], c["n_units"], c["df"], c["scope"]) == ("repeat", 3, 2, "this server start")
+        assert "scope: this server start (unit: repeats, n 3, 2 df)" in c["statement"]
+    for link in res["ordering"]["links"]:
+        assert link["scope"] == "this server start" and link["df"] == 2
+    for p in res["points"]:
+        for by_stat in (m.get("intervals") or {} for m in p["latency"].values()):
+            assert all(iv["scope"] == "this server start" and iv["unit"] == "repeat" for iv in by_stat.values())
+    vc = res["variance_components"]["points"]
+    assert [v["point"] for v in vc] == [1, 4, 16] and all(v["sd_between"] is None for v in vc)
+    assert vc[1]["sd_within"] == pytest.approx(float(np.std(np.log([110, 120, 130]), ddof=1)), rel=1e-6)
 
 
 def test_single_repeat(tmp_path: Path) -> None:

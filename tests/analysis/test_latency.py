@@ -66,7 +66,7 @@ def test_non_finite_value_has_no_interval_and_no_value(bad: float) -> None:
     # a NaN passed the "<= 0" check (NaN <= 0 is False) and then crashed with an IndexError
     iv = interval([10.0, bad, 12.0], [1, 1, 2], what="ITL p50")
     assert iv["value"] is None and iv["geometric_mean"] is None
-    assert iv["ci_low"] is None and iv["ci_high"] is None and iv["n"] == 3
+    assert iv["ci_low"] is None and iv["ci_high"] is None and (iv["unit"], iv["n"]) == ("session", 2)
     assert iv["absent"].startswith(f"a per-trial ITL p50 is not finite ({bad:g})") and "value is null" in iv["absent"]
     assert iv["absent_short"] == "a trial's value is not finite" == absent_short(iv)
     # a non-finite value is named even where a value <= 0 comes first
@@ -120,10 +120,13 @@ def test_sessions_that_differ_are_the_unit() -> None:
     c = iv["components"]
     assert c["scale"] == "ln" and c["sd_between"] > c["sd_within"]
     assert "engine sessions" in iv["procedure"] and "mean of ln over its repeats" in iv["procedure"]
-    # sessions whose mean logs do not differ: the repeat stays the unit
+    # sessions whose mean logs do not differ: still the session is the unit (fixed by the design, no pre-test
+    # on the between-session estimate, which would make the unit depend on the data)
     same = interval([10.0, 12.0, 10.0, 12.0], [1, 1, 2, 2])
-    assert (same["unit"], same["n"]) == ("repeat", 4) and same["components"]["sd_between"] == 0
-    assert (same["ci_low"], same["ci_high"]) == pytest.approx(_log_t([10.0, 12.0, 10.0, 12.0]), rel=1e-12)
+    assert (same["unit"], same["n"], same["df"]) == ("session", 2, 1) and same["components"]["sd_between"] == 0
+    assert same["scope"] == "these 2 server starts"
+    m = (math.log(10) + math.log(12)) / 2
+    assert (same["ci_low"], same["ci_high"]) == pytest.approx((math.exp(m), math.exp(m)), rel=1e-12)  # zero spread
     # one repeat per session: the repeats are the sessions
     one = interval([10.0, 12.0], [1, 2])
     assert (one["unit"], one["n"]) == ("session", 2)

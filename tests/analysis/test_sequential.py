@@ -94,8 +94,12 @@ def test_clear_effect_stops_early_and_null_runs_to_the_budget():
     assert np.mean([k for k, _ in stops]) < 4
     k, v = _run(np.random.default_rng(5), 0.0, 0.1, max_looks=5, per_block=2)
     assert v in ("not significant", "finding")
-    dec = look([(1.0, 1.0)] * 4, look_index=2, max_looks=5)
+    dec = look([(1.0, 1.0)] * 4, look_index=2, max_looks=5, futility=None)
     assert dec.verdict == "continue" and not dec.decided
+    # with the futility rule (the default) no effect at all has no chance of crossing later: decided, futility
+    fut = look([(1.0, 1.0)] * 4, look_index=2, max_looks=5)
+    assert fut.decided and fut.verdict == "not significant" and fut.look["stop_reason"] == "futility"
+    assert fut.look["conditional_power"] < 0.1
 
 
 def test_look_records_every_number_and_refuses_bad_input():
@@ -115,9 +119,43 @@ def test_look_records_every_number_and_refuses_bad_input():
 def test_look_all_splits_alpha_and_keeps_earlier_decisions():
     clear = [(1000 * math.exp(0.3 + 0.01 * i), 1000.0) for i in range(6)]
     null = [(1000 * math.exp(0.05 * (-1) ** i), 1000.0) for i in range(6)]
-    done, decs = look_all({"x": clear, "y": null}, look_index=3, max_looks=5, block_pairs=2)
+    done, decs = look_all({"x": clear, "y": null}, look_index=3, max_looks=5, block_pairs=2, futility=None)
     assert not done and decs["x"].verdict == "finding" and decs["y"].verdict == "continue"
     assert decs["x"].look["alpha"] == pytest.approx(0.025)
     done, decs2 = look_all({"x": clear[:2], "y": null + null[:4]}, look_index=5, max_looks=5, previous=decs,
                            block_pairs=2)
     assert done and decs2["x"] is decs["x"] and decs2["y"].verdict == "not significant"
+
+
+def test_conditional_power_by_hand():
+    from evidence.analysis.sequential import conditional_power
+    # at half the information, z = 1: drift 1 / sqrt(0.5); B(1) ~ N(sqrt(2), 0.5): P(B(1) >= 2) = Phi((sqrt(2) - 2) / sqrt(0.5))
+    assert conditional_power(1.0, 0.5, 2.0) == pytest.approx(stats.norm.cdf((math.sqrt(2) - 2) / math.sqrt(0.5)))
+    assert conditional_power(3.0, 1.0, 2.0) == 1.0 and conditional_power(1.0, 1.0, 2.0) == 0.0
+
+
+def test_futility_keeps_the_false_finding_rate_and_stops_nulls_early():
+    rng = np.random.default_rng(21)
+    n_sim = 300
+    found, looks_used = 0, []
+    for _ in range(n_sim):
+        d = rng.normal(0.0, 0.1, size=2 + 4)
+        for k in range(1, 6):
+            dec = look([(math.exp(x), 1.0) for x in d[: 1 + k]], look_index=k, max_looks=5)
+            if dec.decided:
+                found += dec.verdict == "finding"
+                looks_used.append(k)
+                break
+    assert found / n_sim <= 0.05 + 3 * math.sqrt(0.05 * 0.95 / n_sim)
+    assert np.mean(looks_used) < 4.5  # a null mostly stops before its budget
+
+
+def test_the_unit_is_the_server_start_when_sessions_are_given():
+    # 3 starts of 2 pairs: the look tests the 3 start means of ln(a/b)
+    d = [0.10, 0.12, 0.30, 0.32, 0.20, 0.22]
+    dec = look([(math.exp(x), 1.0) for x in d], look_index=1, max_looks=3, sessions=[1, 1, 2, 2, 3, 3])
+    rec = dec.look
+    assert (rec["unit"], rec["n_units"], rec["n_pairs"], rec["scope"]) == ("session", 3, 6, "these 3 server starts")
+    means = [0.11, 0.31, 0.21]
+    t = np.mean(means) / (np.std(means, ddof=1) / math.sqrt(3))
+    assert rec["t"] == pytest.approx(t, rel=1e-9) and rec["planned_pairs"] == 3

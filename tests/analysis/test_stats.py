@@ -46,7 +46,10 @@ def test_t_interval_and_p_by_hand():
     tq = 0.95 * math.sqrt(2 / (4 * 0.975 * 0.025))
     half = tq * 0.1 / math.sqrt(3)
     assert r.ci95 == pytest.approx((math.exp(0.2 - half) - 1, math.exp(0.2 + half) - 1), rel=1e-9)
-    assert r.mde == pytest.approx(math.exp(half) - 1, rel=1e-9)
+    assert r.halfwidth == pytest.approx(math.exp(half) - 1, rel=1e-9)
+    # MDE at 80% power: the 0.8 quantile of t(2) solves t / sqrt(2 + t^2) = 0.6, t = sqrt(1.125)
+    assert r.mde == pytest.approx(math.exp(half + math.sqrt(1.125) * 0.1 / math.sqrt(3)) - 1, rel=1e-9)
+    assert (r.unit, r.n_units, r.df, r.scope) == ("repeat", 3, 2, "this server start")
     assert r.effect == pytest.approx(np.mean([math.exp(x) - 1 for x in (0.1, 0.2, 0.3)]), rel=1e-12)
     assert r.ratio_effect == pytest.approx(math.exp(0.2) - 1, rel=1e-12)
     assert r.verdict == "not significant" and r.better is None
@@ -198,10 +201,13 @@ def test_sessions_that_differ_make_the_session_the_unit():
     assert r.p_value == pytest.approx(1 - t / math.sqrt(2 + t * t), rel=1e-9)  # the df-2 t CDF in closed form
     assert r.verdict == "not significant"  # over 9 pooled repeats it would be a finding
     assert paired(a, b, a=1, b=2, metric="m").verdict == "finding"
-    assert "session is the unit" in r.note and r.components["sd_between"] > r.components["sd_within"]
-    # sessions that do not differ: the repeat stays the unit
+    assert r.components["sd_between"] > r.components["sd_within"]
+    assert (r.df, r.scope, r.scope_note) == (2, "these 3 server starts", None)
+    # sessions that do not differ: the session is still the unit (fixed by the design; a switch on the
+    # between-session estimate is a pre-test that inflates false findings)
     same = paired(*_from_logs([0.0, 0.2, 0.1, 0.1, 0.0, 0.2]), a=1, b=2, metric="m", sessions=[1, 1, 1, 2, 2, 2])
-    assert same.unit == "repeat" and same.n_units == 6
+    assert same.unit == "session" and same.n_units == 2 and same.components["sd_between"] == 0
+    assert same.scope == "these 2 server starts" and "at least 3 server starts" in same.scope_note
     # Holm keeps the unit's n for the adjusted interval
     adj = holm([r, paired(*_from_logs([0.1, -0.1, 0.05, 0.0]), a=3, b=4, metric="m")])  # neither rejected: 97.5%
     assert adj[0].n_units == 3 and adj[0].ci95[0] < r.ci95[0]

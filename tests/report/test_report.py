@@ -77,7 +77,11 @@ def test_content(rendered: dict) -> None:
     assert "| engine version | 0.32.0 | 0.32.0 | yes |" in md
     # tables and verdicts, missing and failed trials named
     assert "Paired comparison C4 vs C16" in md and "C4 vs C16: the stated procedure" in md
-    assert "| 95% interval |" in md and "smallest detectable effect (MDE)" in md and "run-to-run spread" not in md
+    assert "| 95% interval |" in md and "run-to-run spread" not in md
+    assert "smallest effect found with 80% power at this level (MDE)" in md
+    assert "| scope | this server start (about this server start only" in md
+    assert "paired repeat(s) (this server start, " in md  # the headline line of each comparison says its scope
+    assert "Server starts and repeats: sd of ln(output throughput)" in md
     assert "r2-c16" in md and "r1-c4" in md and "Caution" in md
     assert "Latency side by side: C4 vs C16" in md and "Dominance over all points" in md
     # caveats the data supports

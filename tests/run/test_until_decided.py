@@ -139,3 +139,50 @@ def test_cli_until_decided_wires_the_sequential_look(tmp_path, tiny_model):
     assert "look 1 of at most 3 after 4 repeat(s): C4 vs C1: finding" in r.output
     assert "stopped after 4 repeat(s): every comparison decided" in r.output
     assert _looks(tmp_path / "runs" / "u")[-1]["stop"] == "every comparison decided"
+
+
+def test_looks_over_server_starts_fixed_looks_and_the_analysis_uses_every_unit(tmp_path, tiny_model):
+    # sweep.sessions 2: the looks test server starts (each added block is a start of its own); a change of the
+    # budget on resume is refused; the analysis reads every repeat the loop added and shows the looks
+    with StandinServer(model="standin", itl_s=0.005, itl_jitter=0.3, max_running=1) as url:
+        spec = write_spec(tmp_path / "s.yaml", base_url=url, served="standin", model_dir=tiny_model,
+                          points=(1, 2), repeats=2, per=2, output_len=10, warmup=0,
+                          extra="analysis:\n  comparisons: [{a: 1, b: 2}]\n")
+        spec.write_text(spec.read_text().replace("  repeats: 2\n", "  repeats: 2\n  sessions: 2\n"))
+        stopped = []
+
+        def stop_once(tid):
+            if tid.startswith("r3-") and not stopped:
+                stopped.append(tid)
+                raise KeyboardInterrupt
+
+        first = run_experiment(spec, runs_dir=tmp_path / "runs", repo_root=ROOT, progress=False, run_id="s",
+                               until_decided=look, max_repeats=4, hooks={"after_trial": stop_once})
+        assert first.status == "interrupted"
+        with pytest.raises(RunError, match="fixed at its first look"):
+            run_experiment(spec, runs_dir=tmp_path / "runs", repo_root=ROOT, progress=False, run_id="s",
+                           until_decided=look, max_repeats=6)
+        out = run_experiment(spec, runs_dir=tmp_path / "runs", repo_root=ROOT, progress=False, run_id="s",
+                             until_decided=look, max_repeats=4)
+    rd = out.run_dir
+    assert out.status == "complete", out
+    looks = [ln for ln in _looks(rd) if "stop" not in ln]
+    (c1,) = looks[0]["comparisons"]
+    assert (c1["unit"], c1["n_units"], c1["n_pairs"]) == ("session", 2, 2)
+    assert c1["look"]["scope"] == "these 2 server starts" and "alpha_spent" in c1["look"]
+    assert looks[0]["max_looks"] == 3 and looks[0]["max_repeats"] == 4
+    from evidence.analysis.analyze import analyze_run
+
+    res = analyze_run(rd)
+    reps = max(ln["repeats"] for ln in looks)
+    c = res["comparisons"][0]
+    assert c["pairs"] == reps and c["unit"] == "session" and c["n_units"] == reps  # one repeat per added start
+    assert res["completeness"]["plan_matches_spec"] is True
+    sq = res["sequential"]
+    assert [ln["look"] for ln in sq["looks"]] == [ln["look"] for ln in looks] and sq["stop"]["stop"]
+    assert c["sequential"]["verdict"] == looks[-1]["comparisons"][0]["verdict"]
+    assert "until-decided: " in c["statement"]
+    from evidence.report.context import render_report
+
+    md = next(p for p in render_report(rd, tmp_path / "report") if p.suffix == ".md").read_text()
+    assert "Until decided: the looks" in md and "server starts" in md and "Stopped after" in md

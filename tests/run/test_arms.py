@@ -1,0 +1,116 @@
+"""Arms (issue 21): specs/standin-arms.yaml runs two variants of the engine section start by start against the
+stand-in server; the analysis compares the arms with the block of server starts as the unit. Arms that differ by
+the stand-in's speed are told apart; identical arms are not, and with the spec's margin they are equivalent."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+from evidence.analysis.analyze import analyze_run
+from evidence.canon import read_json
+from evidence.run.runner import RunError, run_experiment
+from evidence.spec.model import SpecError, load_spec
+from evidence.spec.plan import arm_of_session, design_claim, make_plan
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from test_run import ROOT  # noqa: E402
+
+SPEC = ROOT / "specs" / "standin-arms.yaml"
+
+
+def test_arms_are_balanced_blocks_of_starts() -> None:
+    assert [arm_of_session(s, ["a", "b"]) for s in range(1, 7)] == ["a", "b", "b", "a", "a", "b"]
+    assert [arm_of_session(s, ["a", "b", "c"]) for s in range(1, 7)] == ["a", "b", "c", "b", "c", "a"]
+    s = load_spec(SPEC)
+    plan = make_plan(s)
+    assert {(t.session, t.arm) for t in plan.trials} == {
+        (1, "fast"),
+        (2, "slow"),
+        (3, "slow"),
+        (4, "fast"),
+        (5, "fast"),
+        (6, "slow"),
+    }
+    d = design_claim(s)["arms"]
+    assert (d["unit"], d["n"], d["df"], d["scope"]) == ("block", 3, 2, "these 3 blocks of server starts")
+
+
+def test_arms_refuse_what_cannot_be_blocked(tmp_path) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(SPEC.read_text().replace("sessions: 6", "sessions: 3").replace("repeats: 6", "repeats: 3"))
+    with pytest.raises(SpecError, match="multiple of 2"):
+        load_spec(bad)
+
+
+def _run(spec: Path, runs: Path, run_id: str):
+    out = run_experiment(spec, runs_dir=runs, repo_root=ROOT, progress=False, run_id=run_id)
+    assert out.status == "complete", out
+    return out.run_dir
+
+
+def test_arms_that_differ_are_found_and_identical_arms_are_equivalent(tmp_path, tiny_model) -> None:
+    rd = _run(SPEC, tmp_path / "runs", "arms")
+    plan = read_json(rd / "plan.json")
+    assert {t["arm"] for t in plan["trials"]} == {"fast", "slow"}
+    ev = [ln for ln in (rd / "events.jsonl").read_text().splitlines() if '"arm_start"' in ln]
+    assert len(ev) == 6  # one server start per session, each with its arm
+    res = analyze_run(rd)
+    arms = res["arms"]
+    assert arms["arms"] == ["fast", "slow"] and arms["blocks"] == 3
+    for c in arms["comparisons"]:
+        assert (c["unit"], c["n_units"], c["df"], c["scope"]) == ("block", 3, 2, "these 3 blocks of server starts")
+        assert c["verdict"] == "finding" and c["better"] == "fast"  # 4 ms against 6 ms between tokens
+        assert c["equivalent"] is False  # +50% slower tokens are not within the margin
+    # the same spec with identical arms, and a margin wide enough for 3 blocks on a shared machine
+    same = tmp_path / "same.yaml"
+    same.write_text(
+        SPEC.read_text()
+        .replace('"--standin-itl", "0.006"', '"--standin-itl", "0.004"')
+        .replace("margin: 0.10", "margin: 0.25")
+    )
+    res2 = analyze_run(_run(same, tmp_path / "runs", "same"))
+    for c in res2["arms"]["comparisons"]:
+        assert c["verdict"] != "finding"  # identical arms are not called different
+        assert c["verdict"] == "equivalent" and c["margin"] == 0.25, c["statement"]
+
+
+def test_until_decided_adds_blocks_of_arms_and_looks_over_blocks(tmp_path, tiny_model) -> None:
+    import json
+
+    from evidence.analysis.sequential import look
+
+    with pytest.raises(RunError, match="multiple of 2"):
+        run_experiment(
+            SPEC, runs_dir=tmp_path / "runs", repo_root=ROOT, progress=False, until_decided=look, max_repeats=9
+        )
+    out = run_experiment(
+        SPEC,
+        runs_dir=tmp_path / "runs",
+        repo_root=ROOT,
+        progress=False,
+        run_id="ud",
+        until_decided=look,
+        max_repeats=10,
+    )
+    assert out.status == "complete", out
+    rd = out.run_dir
+    lines = [json.loads(ln) for ln in (rd / "looks.jsonl").read_text().splitlines()]
+    looks = [ln for ln in lines if "stop" not in ln]
+    assert looks[0]["max_looks"] == 3 and "stop" in lines[-1]
+    first = looks[0]["comparisons"]
+    assert {(c["a"], c["b"], c["point"]) for c in first} == {("fast", "slow", 1), ("fast", "slow", 4)}
+    assert all((c["unit"], c["n_units"]) == ("block", 3) for c in first)
+    assert first[0]["look"]["scope"] == "these 3 blocks of server starts"
+    plan = read_json(rd / "plan.json")
+    added = plan["trials"][12:]
+    assert len(added) == 2 * 2 * (len(looks) - 1)  # each look after the first added a block: 2 starts x 2 points
+    res = analyze_run(rd)
+    blocks = 3 + len(looks) - 1
+    assert res["arms"]["blocks"] == blocks
+    for c in res["arms"]["comparisons"]:
+        assert c["n_units"] == blocks and c["better"] == "fast"  # the analysis uses every block the loop added
+    assert len(res["sequential"]["decisions"]) == 2
+    assert all(d["verdict"] == "finding" for d in res["sequential"]["decisions"])

@@ -1,8 +1,7 @@
 """The experiment spec: nested strict pydantic models mirroring the YAML sections.
 
-The spec is data. Nothing downstream reads YAML; every stage takes a validated
-`Spec`. Models are frozen and forbid unknown keys so that a typo can never
-silently change an experiment.
+The spec is data. Nothing downstream reads YAML; every stage takes a validated `Spec`. Models are
+frozen and forbid unknown keys so that a typo can never silently change an experiment.
 """
 
 from __future__ import annotations

@@ -39,8 +39,8 @@ from evidence.report.format import fixed, join_flags, num, pct, provenance_rows,
 from evidence.report.sanitize import CSP
 from evidence.report.layout import geometry_rows, headline, latency_concurrency_table
 from evidence.rundir import PROVENANCE_JSON, REPORT
-from evidence.report.verdicts import (_arms_tables, _comparison_tables, _dominance_tables, _latency_point_table,
-                                      _looks_tables, _side_by_side_tables, _variance_tables)
+from evidence.report.verdicts import (arms_tables, comparison_tables, dominance_tables, latency_point_table,
+                                      looks_tables, side_by_side_tables, variance_tables)
 
 TEMPLATE_NAMES = ("report.md.j2", "report.html.j2")
 FIGURE_TITLES = {
@@ -295,14 +295,14 @@ def build_context(run_dir: Path, data: RunData, res: dict, figs: dict[str, bytes
                             figures=lat))
     sections.append(section("timeseries", "Within each trial: throughput and requests over time",
                             figures=extra + [n for n in ("telemetry",) if n in have], tables=[_telemetry_table(res)]))
-    sections.append(section("tradeoff", "Throughput against latency", tables=_dominance_tables(res),
+    sections.append(section("tradeoff", "Throughput against latency", tables=dominance_tables(res),
                             figures=[n for n in ("latency_vs_throughput",) if n in have]))
     sections.append(section("distributions", "Latency distributions",
-                            tables=_side_by_side_tables(res) + [_latency_point_table(res)],
+                            tables=side_by_side_tables(res) + [latency_point_table(res)],
                             figures=[n for n in ("latency_ecdf",) if n in have]))
     sections.append(section("throughput", "Throughput per point",
-                            tables=[_points_table(res)] + _variance_tables(res) + [_prompt_table(res)]))
-    sections.append(section("paired", "Paired comparisons", tables=_comparison_tables(res) + _looks_tables(res) + _arms_tables(res),
+                            tables=[_points_table(res)] + variance_tables(res) + [_prompt_table(res)]))
+    sections.append(section("paired", "Paired comparisons", tables=comparison_tables(res) + looks_tables(res) + arms_tables(res),
                             paragraphs=[METHODS["paired_test"] + ".", METHODS["multiplicity"] + ".",
                                         METHODS["verdict"] + "."] if res["comparisons"] else
                             ["The spec names no comparison (analysis.comparisons); see the ordering above."]))

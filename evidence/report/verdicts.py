@@ -14,7 +14,7 @@ from evidence.metrics import REPORTED_METRICS
 from evidence.report.format import join_flags, num, pct, table
 
 
-def _comparison_tables(res: dict) -> list[dict]:
+def comparison_tables(res: dict) -> list[dict]:
     out = []
     for c in Analysis.from_dict(res).comparisons:
         A, B = label(c.a), label(c.b)
@@ -116,7 +116,7 @@ def _comparison_tables(res: dict) -> list[dict]:
     return out
 
 
-def _arms_tables(res: dict) -> list[dict]:
+def arms_tables(res: dict) -> list[dict]:
     """spec.arms: the arms side by side at every point, each pair of arms tested with the block as the unit."""
     ar = res.get("arms")
     if not ar:
@@ -149,7 +149,7 @@ def _arms_tables(res: dict) -> list[dict]:
     ]
 
 
-def _looks_tables(res: dict) -> list[dict]:
+def looks_tables(res: dict) -> list[dict]:
     """--until-decided: every look (units, t against its boundary, alpha spent, repeated interval) and the stop."""
     sq = res.get("sequential")
     if not sq:
@@ -210,7 +210,7 @@ def _looks_tables(res: dict) -> list[dict]:
     ]
 
 
-def _variance_tables(res: dict) -> list[dict]:
+def variance_tables(res: dict) -> list[dict]:
     """Between- and within-server-start sd of ln(throughput) per point, with 95% intervals (analysis.json with
     variance_components; none for an older one)."""
     vc = res.get("variance_components")
@@ -246,7 +246,7 @@ def _variance_tables(res: dict) -> list[dict]:
     ]
 
 
-def _side_by_side_tables(res: dict) -> list[dict]:
+def side_by_side_tables(res: dict) -> list[dict]:
     out = []
     for c in res["comparisons"]:
         A, B = label(c["a"]), label(c["b"])
@@ -286,7 +286,7 @@ def _side_by_side_tables(res: dict) -> list[dict]:
     return out
 
 
-def _latency_point_table(res: dict) -> dict:
+def latency_point_table(res: dict) -> dict:
     stats = latency_stats(res["spec"]["percentiles"])
     rows = []
     for p in res["points"]:
@@ -307,7 +307,7 @@ def _latency_point_table(res: dict) -> dict:
     )
 
 
-def _dominance_tables(res: dict) -> list[dict]:
+def dominance_tables(res: dict) -> list[dict]:
     dom = res["dominance"]
     held = {(d["dominant"], d["dominated"]): d for d in dom["pairs"]}
     pm = {p["point"]: p for p in res["points"]}

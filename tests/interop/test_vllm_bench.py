@@ -35,7 +35,8 @@ def _bench(server, out: Path, concurrency: int, prompts: int, name: str) -> Path
 def test_real_vllm_bench_results_import_to_their_own_numbers(vllm_server, tmp_path: Path) -> None:
     src = tmp_path / "results"
     src.mkdir()
-    files = [_bench(vllm_server, src, c, 8, f"r{i}-c{c}.json") for i, c in enumerate((1, 4, 1, 4))]
+    # named as the importer reads them: the 'r<k>' word of a file name is its repeat
+    files = [_bench(vllm_server, src, c, 8, f"r{i // 2 + 1}-c{c}.json") for i, c in enumerate((1, 4, 1, 4))]
     run = import_vllm_bench(files, tmp_path / "imported")
     # the originals are kept byte for byte
     kept = sorted((run / "imported").iterdir())

@@ -129,6 +129,7 @@ def test_trial_on_real_vllm_records_cpu_by_role(vllm_server):
         max_concurrency=4,
         processes=roles,
         telemetry_interval_s=0.1,
+        telemetry_series=vllm_server.engine.telemetry_series,  # host figures ride on the adapter's /metrics samples
     )
     res = run_trial(cfg)
     assert res.meta.counts["ok"] == 16

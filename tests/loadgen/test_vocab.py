@@ -126,7 +126,9 @@ def test_vllm_with_an_api_key_every_request_succeeds(tiny_model, tmp_path, monke
             for http in ("h1", "aiohttp"):
                 res = run_trial(TrialConfig.from_spec(ep, base_url=eng.base_url, model="tiny", prompts=ps,
                                                       max_concurrency=point, seed=0, phase=phase, http_stack=http,
-                                                      telemetry_interval_s=0.1))
+                                                      telemetry_interval_s=0.1,
+                                                      # the /metrics series are the adapter's to name
+                                                      telemetry_series=eng.telemetry_series))
                 results.append(res)
         for res in results:
             assert [x.error for x in res.records if not x.ok] == []

@@ -31,7 +31,7 @@ from evidence import canon
 from evidence import secrets
 from evidence.release import archive, freeze, layout, manifest, metadata, verify
 from evidence.release import files as rfiles
-from regen_fixtures import reseal as reseal_with_archive
+from regen_fixtures import commit_forgery, reseal as reseal_with_archive
 from rundir_fixtures import build_run, default_provenance, demo_spec
 
 SDE = 1780000000  # 2026-05-28
@@ -467,6 +467,7 @@ def test_tampered_figures_fail_regeneration(work):
     assert gated.regeneration["state"] == "not run" and gated.exit_code == 1
     # a copy without the tag (a clone that did not fetch it): regeneration runs and catches both figures
     _git(work["repo"], "tag", "-d", TAG)
+    commit_forgery(work["rel"])  # committed, as a merged change would be: else git.head fails before regeneration
     rep = verify.verify(work["rel"])  # see test_untouched_release_passes_every_check
     got = failed(rep)
     assert got == {"regen.figures"}

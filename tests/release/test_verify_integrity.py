@@ -200,7 +200,12 @@ def test_uncommitted_copy_in_the_work_tree_fails(case):
     _git(repo, "tag", "-d", TAG)
     copy = repo / "releases" / "v2"
     shutil.copytree(repo / "releases" / TAG, copy)
-    _reseal(copy, lambda m: m.update(tag="v2"))
+
+    def as_v2(m: dict) -> None:  # a careful copy: every name in release.json says v2 (so metadata.steps passes)
+        m.update(tag="v2", repo_path="releases/v2")
+        m["regenerate"]["steps"] = ["git checkout v2", "python -m pip install -e .", "evidence verify releases/v2"]
+
+    _reseal(copy, as_v2)
     rep = _verify(case, copy)
     assert rep["returncode"] == 1 and _failed(rep) == {"git.head"}
     assert "does not hold releases/v2" in rep["by_id"]["git.head"]["message"]

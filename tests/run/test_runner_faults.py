@@ -27,6 +27,22 @@ from test_run import ROOT, events, trial_ids, write_spec  # noqa: E402
 ENV = {**os.environ, "PYTHONPATH": str(ROOT)}
 
 
+def _run_argv(spec: Path, runs_dir: Path, run_id: str) -> list[str]:
+    """`evidence run SPEC` in its own process, into runs_dir/run_id, without progress bars."""
+    return [
+        sys.executable,
+        "-m",
+        "evidence.cli",
+        "run",
+        str(spec),
+        "--runs-dir",
+        str(runs_dir),
+        "--run-id",
+        run_id,
+        "--no-progress",
+    ]
+
+
 def _console() -> tuple[Console, io.StringIO]:
     buf = io.StringIO()
     return Console(file=buf, width=300, color_system=None), buf
@@ -85,18 +101,7 @@ def test_a_second_runner_on_a_held_folder_is_refused_naming_the_holder_and_write
             assert (rd / "trials" / ".tmp-r2-c1").is_dir() and not (rd / "aborted").exists()
             # the command line: exit 2, one paragraph, no traceback
             p = subprocess.run(
-                [
-                    sys.executable,
-                    "-m",
-                    "evidence.cli",
-                    "run",
-                    str(spec),
-                    "--runs-dir",
-                    str(tmp_path / "runs"),
-                    "--run-id",
-                    "r",
-                    "--no-progress",
-                ],
+                _run_argv(spec, tmp_path / "runs", "r"),
                 capture_output=True,
                 text=True,
                 env=ENV,
@@ -212,18 +217,7 @@ def test_a_runner_killed_with_9_takes_its_engine_with_it_and_resume_stops_a_left
     spec = _standin_engine_spec(tmp_path / "o.yaml", tiny_model, itl=0.2, prompts=4)
     rd = tmp_path / "runs" / "o"
     runner = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "evidence.cli",
-            "run",
-            str(spec),
-            "--runs-dir",
-            str(rd.parent),
-            "--run-id",
-            "o",
-            "--no-progress",
-        ],
+        _run_argv(spec, rd.parent, "o"),
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
         env=ENV,
@@ -319,18 +313,7 @@ def test_sigterm_while_prompts_wait_on_a_hung_model_list_stops_at_once(tmp_path,
         )  # request_timeout_s: the default (600 s)
         rd = tmp_path / "runs" / "h"
         p = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "evidence.cli",
-                "run",
-                str(spec),
-                "--runs-dir",
-                str(rd.parent),
-                "--run-id",
-                "h",
-                "--no-progress",
-            ],
+            _run_argv(spec, rd.parent, "h"),
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,
             text=True,
@@ -562,18 +545,7 @@ def test_sigusr2_in_a_trial_stops_cleanly_and_the_same_command_resumes(tmp_path,
             output_len=16,
         )
         rd = tmp_path / "runs" / "u"
-        cmd = [
-            sys.executable,
-            "-m",
-            "evidence.cli",
-            "run",
-            str(spec),
-            "--runs-dir",
-            str(rd.parent),
-            "--run-id",
-            "u",
-            "--no-progress",
-        ]
+        cmd = _run_argv(spec, rd.parent, "u")
         p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=ENV, cwd=ROOT)
         try:
             _wait_event(rd, "trial_start")
@@ -597,18 +569,7 @@ def test_a_runner_killed_in_every_phase_loses_nothing_and_leaves_no_engine(tmp_p
     spec = _standin_engine_spec(tmp_path / "p.yaml", tiny_model, itl=0.02, prompts=3)
     spec.write_text(spec.read_text().replace("warmup: {requests: 0}", "warmup: {requests: 2}"))
     rd = tmp_path / "runs" / "p"
-    cmd = [
-        sys.executable,
-        "-m",
-        "evidence.cli",
-        "run",
-        str(spec),
-        "--runs-dir",
-        str(rd.parent),
-        "--run-id",
-        "p",
-        "--no-progress",
-    ]
+    cmd = _run_argv(spec, rd.parent, "p")
     engines = []
     for k, phase in enumerate(
         ("run_created", "engine_starting", "engine_ready", "warmup_start", "trial_start", "trial_complete")

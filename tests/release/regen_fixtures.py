@@ -28,6 +28,40 @@ def git(repo: Path, *args: str) -> str:
     return subprocess.run(["git", *args], cwd=repo, check=True, capture_output=True, text=True).stdout
 
 
+def init_repo(repo: Path) -> None:
+    """A new git repository at `repo` (made here) whose commits and tags need no signing key."""
+    repo.mkdir()
+    git(repo, "init", "-q", "-b", "main")
+    for k, v in (
+        ("user.email", "a@example.org"),
+        ("user.name", "A"),
+        ("commit.gpgsign", "false"),
+        ("tag.gpgsign", "false"),
+    ):
+        git(repo, "config", k, v)
+
+
+def freeze_in_new_repo(repo: Path, tag: str, sde: int) -> Path:
+    """A repository holding one fixture run (ignored) frozen in this process as releases/<tag>, tag made."""
+    from evidence.release import freeze
+
+    init_repo(repo)
+    (repo / ".gitignore").write_text("runs/\n")
+    git(repo, "add", ".gitignore")
+    git(repo, "commit", "-q", "-m", "init")
+    run = build_run(repo / "runs", run_id=RUN_ID)
+    old = os.environ.get("SOURCE_DATE_EPOCH")
+    os.environ["SOURCE_DATE_EPOCH"] = str(sde)
+    try:
+        freeze.freeze(tag, [run], repo)
+    finally:
+        if old is None:
+            os.environ.pop("SOURCE_DATE_EPOCH")
+        else:
+            os.environ["SOURCE_DATE_EPOCH"] = old
+    return repo
+
+
 _BUILT: dict[str, Path] = {}
 
 
@@ -42,15 +76,7 @@ def code_release(tmp_path_factory) -> Path:
 def _freeze(tmp_path_factory) -> Path:
     base = tmp_path_factory.mktemp("regen")
     repo = base / "repo"
-    repo.mkdir()
-    git(repo, "init", "-q", "-b", "main")
-    for k, v in (
-        ("user.email", "a@example.org"),
-        ("user.name", "A"),
-        ("commit.gpgsign", "false"),
-        ("tag.gpgsign", "false"),
-    ):
-        git(repo, "config", k, v)
+    init_repo(repo)
     (repo / ".gitignore").write_text("runs/\n__pycache__/\n")
     src = Path(evidence.__file__).resolve().parent
     shutil.copytree(src, repo / "evidence", ignore=shutil.ignore_patterns("__pycache__"))

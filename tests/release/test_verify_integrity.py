@@ -18,9 +18,9 @@ from pathlib import Path
 
 import pytest
 
-from evidence.release import archive, freeze, layout, manifest, metadata
+from evidence.release import archive, layout, manifest, metadata
 from evidence.release.regenerator import tag_area_files
-from rundir_fixtures import build_run
+from regen_fixtures import freeze_in_new_repo
 
 SDE = 1780000000
 TAG = "v1"
@@ -39,30 +39,7 @@ def _git(repo: Path, *args: str) -> str:
 
 @pytest.fixture(scope="module")
 def frozen(tmp_path_factory):
-    repo = tmp_path_factory.mktemp("integrity") / "repo"
-    repo.mkdir()
-    _git(repo, "init", "-q", "-b", "main")
-    for k, v in (
-        ("user.email", "a@example.org"),
-        ("user.name", "A"),
-        ("commit.gpgsign", "false"),
-        ("tag.gpgsign", "false"),
-    ):
-        _git(repo, "config", k, v)
-    (repo / ".gitignore").write_text("runs/\n")
-    _git(repo, "add", ".gitignore")
-    _git(repo, "commit", "-q", "-m", "init")
-    run = build_run(repo / "runs", run_id=RUN_ID)
-    old = os.environ.get("SOURCE_DATE_EPOCH")
-    os.environ["SOURCE_DATE_EPOCH"] = str(SDE)
-    try:
-        freeze.freeze(TAG, [run], repo)
-    finally:
-        if old is None:
-            os.environ.pop("SOURCE_DATE_EPOCH")
-        else:
-            os.environ["SOURCE_DATE_EPOCH"] = old
-    return repo
+    return freeze_in_new_repo(tmp_path_factory.mktemp("integrity") / "repo", TAG, SDE)
 
 
 @pytest.fixture

@@ -4,7 +4,6 @@ moved, or with edited digests (fail). And `cd releases/X && evidence verify .`."
 
 from __future__ import annotations
 
-import os
 import shutil
 import subprocess
 import sys
@@ -12,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from evidence.release import freeze, verify
-from rundir_fixtures import build_run
+from evidence.release import verify
+from regen_fixtures import freeze_in_new_repo
 
 SDE = 1780000000
 TAG = "v1"
@@ -26,25 +25,7 @@ def _git(repo: Path, *args: str) -> str:
 
 @pytest.fixture(scope="module")
 def frozen(tmp_path_factory):
-    repo = tmp_path_factory.mktemp("tags") / "repo"
-    repo.mkdir()
-    _git(repo, "init", "-q", "-b", "main")
-    for k, v in (("user.email", "a@example.org"), ("user.name", "A"), ("commit.gpgsign", "false"), ("tag.gpgsign", "false")):
-        _git(repo, "config", k, v)
-    (repo / ".gitignore").write_text("runs/\n")
-    _git(repo, "add", ".gitignore")
-    _git(repo, "commit", "-q", "-m", "init")
-    run = build_run(repo / "runs")
-    old = os.environ.get("SOURCE_DATE_EPOCH")
-    os.environ["SOURCE_DATE_EPOCH"] = str(SDE)
-    try:
-        freeze.freeze(TAG, [run], repo)
-    finally:
-        if old is None:
-            os.environ.pop("SOURCE_DATE_EPOCH")
-        else:
-            os.environ["SOURCE_DATE_EPOCH"] = old
-    return repo
+    return freeze_in_new_repo(tmp_path_factory.mktemp("tags") / "repo", TAG, SDE)
 
 
 @pytest.fixture

@@ -64,6 +64,17 @@ def test_arms_that_differ_are_found_and_identical_arms_are_equivalent(tmp_path, 
         assert (c["unit"], c["n_units"], c["df"], c["scope"]) == ("block", 3, 2, "these 3 blocks of server starts")
         assert c["verdict"] == "finding" and c["better"] == "fast"  # 4 ms against 6 ms between tokens
         assert c["equivalent"] is False  # +50% slower tokens are not within the margin
+    # the declared comparison of points is made inside each arm (its own 3 starts), never pooled over the arms
+    within = {(w["arm"], w["a"], w["b"]): w for w in arms["within"]}
+    assert set(within) == {("fast", 4, 1), ("slow", 4, 1)}
+    for w in within.values():
+        assert (w["unit"], w["n_units"], w["df"]) == ("session", 3, 2), w["statement"]
+        assert len(w["a_values"]) == 3 and f"in arm {w['arm']}" in w["statement"]
+    # the interaction: one test per pair of arms and declared comparison, over the blocks
+    (ix,) = arms["interaction"]
+    assert (ix["arm_a"], ix["arm_b"], ix["a"], ix["b"], ix["unit"], ix["n_units"]) == ("fast", "slow", 4, 1, "block", 3)
+    fast = within[("fast", 4, 1)]
+    assert ix["ratio_a"] == pytest.approx([a / b for a, b in zip(fast["a_values"], fast["b_values"])], rel=1e-6)
     # the same spec with identical arms, and a margin wide enough for 3 blocks on a shared machine
     same = tmp_path / "same.yaml"
     same.write_text(

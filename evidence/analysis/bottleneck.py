@@ -123,6 +123,8 @@ def _gauge_mean(rows: list[dict], key: str, w0: float, w1: float) -> float | Non
 
 def trial_reading(td: TrialData) -> dict[str, Any]:
     base = {"trial": td.id, "repeat": td.repeat, "point": td.point, "position": td.position, "session": td.session}
+    if td.arm is not None:  # only a run with arms carries the key (other analyses keep their bytes)
+        base["arm"] = td.arm
     absent: dict[str, str] = {}
     if not td.present:
         return {**base, "status": "missing", "reading": NOT_DECIDED, "absent": {"trial": "trial missing"}}
@@ -303,6 +305,12 @@ def bottleneck_reading(data: RunData) -> dict[str, Any] | None:
         if len(sessions) > 1
         else []
     )
+    arm_names = [a.name for a in getattr(spec, "arms", [])]
+    per_arm = [
+        {"arm": a, "point": P, **_group([r for r in present if r["point"] == P and r.get("arm") == a])}
+        for a in arm_names
+        for P in spec.sweep.points
+    ]
     by_point = {p["point"]: p for p in points}
     pairs = [("comparison", c.a, c.b) for c in spec.analysis.comparisons]
     pairs += [("adjacent", a, b) for a, b in zip(spec.sweep.points, spec.sweep.points[1:])]
@@ -343,5 +351,6 @@ def bottleneck_reading(data: RunData) -> dict[str, Any] | None:
         "trials": trials,
         "points": points,
         "arms": arms,
+        **({"per_arm": per_arm} if per_arm else {}),
         "comparisons": comps,
     }

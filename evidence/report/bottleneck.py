@@ -60,6 +60,22 @@ def bottleneck_sections(res: dict, have: list[str]) -> list[dict]:
             "rl" + "r" * (len(roles) + 4),
         ),
     ]
+    if neck.get("per_arm"):  # spec.arms: each arm's server starts together (the readings the arms are compared by)
+        tables.append(
+            table(
+                "Per arm and point (means over the arm's trials; mixed readings are counted)",
+                ["arm", "point", "reading"]
+                + [f"{r.replace('_', ' ')} cores" for r in roles]
+                + ["GPU busy", "tokens / chunk"],
+                [
+                    [a["arm"], a["point"], a["reading"]]
+                    + [fixed(a["cores_mean"].get(r), 2) for r in roles]
+                    + [fixed(a["gpu_busy_mean"], 2), fixed(a["tokens_per_chunk_mean"], 2)]
+                    for a in neck["per_arm"]
+                ],
+                "lrl" + "r" * (len(roles) + 2),
+            )
+        )
     if neck["arms"]:
         tables.append(
             table(

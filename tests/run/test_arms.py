@@ -70,6 +70,10 @@ def test_arms_that_differ_are_found_and_identical_arms_are_equivalent(tmp_path, 
     for w in within.values():
         assert (w["unit"], w["n_units"], w["df"]) == ("session", 3, 2), w["statement"]
         assert len(w["a_values"]) == 3 and f"in arm {w['arm']}" in w["statement"]
+    # the host telemetry's reading per arm and point (each arm's starts together)
+    per_arm = res["bottleneck"]["per_arm"]
+    assert [(r["arm"], r["point"]) for r in per_arm] == [(a, p) for a in ("fast", "slow") for p in (1, 4)]
+    assert all(sum(r["readings"].values()) == 3 for r in per_arm)
     # the interaction: one test per pair of arms and declared comparison, over the blocks
     (ix,) = arms["interaction"]
     assert (ix["arm_a"], ix["arm_b"], ix["a"], ix["b"], ix["unit"], ix["n_units"]) == ("fast", "slow", 4, 1, "block", 3)

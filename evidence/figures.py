@@ -486,7 +486,9 @@ def _fig_over_time(res: dict) -> Figure:
             ax2.grid(False)
             ax2.tick_params(labelsize=7)
             if st["steady"]:
-                state = f"steady {st['throughput']:,.0f} tok/s"
+                seen = st.get("detectable_drift")  # an older analysis has none
+                state = f"steady {st['throughput']:,.0f} tok/s" + (f", ±{100 * seen:.0f}% drift would show"
+                                                                    if seen is not None else "")
             elif st["needed_s"] is not None:
                 state = "no steady state (trend)"
             else:

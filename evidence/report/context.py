@@ -44,10 +44,11 @@ from evidence.report.verdicts import (arms_tables, comparison_tables, dominance_
 
 TEMPLATE_NAMES = ("report.md.j2", "report.html.j2")
 FIGURE_TITLES = {
-    "throughput_vs_concurrency": "Output throughput vs concurrency: mean line, every repeat as a marker",
+    "throughput_vs_concurrency": "Output throughput vs concurrency: mean line, every repeat as a marker (with several "
+                                 "server starts, one colour per start and one shape per arm)",
     "latency_vs_concurrency": "Latency against concurrency: p50 and p99 of each metric, the mean over repeats with "
                               "its 95% t interval (n - 1 df; the engine session as the unit when sessions differ; no "
-                              "bar below 2 units), every repeat as a dot",
+                              "bar below 2 units), every trial's own value as a dot beside its bar",
     "latency_vs_throughput": "Latency vs throughput operating points, the point means joined in increasing concurrency "
                              "(arrows: the knee is where latency climbs while throughput stops); dominated points "
                              "crossed out",

@@ -184,7 +184,7 @@ def latency_concurrency_table(res: dict) -> dict:
                  "and back-transformed: it lies around the geometric mean, so it is asymmetric and stays above 0; "
                  "with fewer than 2 units, or a trial's value of 0 or less (no logarithm), there is no interval, "
                  "and the cell says which. "
-                 "The figure above shows the same numbers with every repeat as a dot. TTFT = time to first token; "
+                 "The figure above shows the same numbers with every trial as a dot beside its bar. TTFT = time to first token; "
                  "TPOT = time per output token after the first; ITL = gap between streamed chunks; E2EL = whole "
                  "request. All repeats pooled, and every other statistic, are in the latency distribution tables below.")
 

@@ -11,6 +11,8 @@ the render stack only, so `render_environment()` is recorded beside the files
 Figures:
   throughput_vs_concurrency  mean output throughput per point (line), every repeat a marker (one colour
                              per server start and one shape per arm when several), CV noted
+  user_vs_total_throughput   output tok/s per user (per request) against total output tok/s, one marker
+                             per point (evidence.analysis.user_throughput, from the raw records)
   latency_vs_concurrency     per latency metric: p50 and p99 (mean over repeats) against concurrency, each
                              with its 95% interval (evidence.analysis.latency), every trial a dot beside it
   latency_vs_throughput      per latency metric: (mean throughput, mean latency)
@@ -41,9 +43,12 @@ import numpy as np
 from matplotlib import ticker
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
+from matplotlib.lines import Line2D
+from matplotlib.patches import Patch
 
 from evidence.analysis.analyze import compute_analysis
 from evidence.analysis.bottleneck_figure import host_over_time
+from evidence.analysis.user_throughput import user_vs_total_figure
 from evidence.analysis.latency import absent_short, shown_keys
 from evidence.analysis.load import RunData, load_run
 from evidence.analysis.model import Analysis
@@ -76,8 +81,8 @@ DPI = 120
 COLORS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf")
 REPEAT_MARKERS = ("o", "s", "^", "D", "v", "P", "X", "<", ">", "h")
 ECDF_MAX_POINTS = 800
-FIGURE_NAMES = ("throughput_vs_concurrency", "latency_vs_concurrency", "latency_vs_throughput", "latency_ecdf",
-                "telemetry", "throughput_over_time")
+FIGURE_NAMES = ("throughput_vs_concurrency", "user_vs_total_throughput", "latency_vs_concurrency",
+                "latency_vs_throughput", "latency_ecdf", "telemetry", "throughput_over_time")
 LOG_SPAN = 20.0  # a latency axis turns logarithmic when its values span more than this factor
 PCT_STYLE = (("#1f77b4", "o", "-"), ("#d62728", "s", "--"))  # the lower and the higher percentile shown
 
@@ -452,9 +457,6 @@ def _fig_telemetry(res: dict, data: RunData) -> Figure:
                 ax.set_xlabel("seconds since trial t0", fontsize=7.5)
             if j == 0:
                 ax.set_ylabel("requests", fontsize=7.5)
-    from matplotlib.lines import Line2D
-    from matplotlib.patches import Patch
-
     handles = [Line2D([], [], color="#1f77b4", lw=1.1, label="running"),
                Line2D([], [], color="#ff7f0e", lw=1.1, ls="--", label="waiting"),
                Patch(color="#999999", alpha=0.15, label="plateau window (sustained values)")]
@@ -466,9 +468,6 @@ def _fig_telemetry(res: dict, data: RunData) -> Figure:
 def _fig_over_time(res: dict) -> Figure:
     """One panel per trial: output tok/s (left axis), in-flight and server-running requests (right axis), the
     steady-state window shaded; the panel title says the window's throughput, or that there is none."""
-    from matplotlib.lines import Line2D
-    from matplotlib.patches import Patch
-
     pts = res["spec"]["points"]
     R = res["spec"]["repeats"]
     fig = Figure(figsize=(min(3.6 * len(pts), 15.0), 2.4 * R + 0.8), layout="constrained")
@@ -536,6 +535,7 @@ def _wrap(text: str, width: int) -> str:
 def _builders(data: RunData, res: dict) -> dict[str, Any]:
     return {
         "throughput_vs_concurrency": lambda: _fig_throughput(res, data),
+        "user_vs_total_throughput": lambda: user_vs_total_figure(res, data, title=_title),
         "latency_vs_concurrency": lambda: _fig_latency_conc(res),
         "latency_vs_throughput": lambda: _fig_latency_tput(res),
         "latency_ecdf": lambda: _fig_ecdf(res, data),

@@ -91,3 +91,53 @@ def test_latency_shows_every_trials_value_beside_its_interval(arms_run: tuple) -
             near = sorted(x for x in bar_x if 0.8 * P < x < 1.25 * P)
             assert all(x < near[0] for x, _ in dots["p50: each trial"] if 0.8 * P < x < 1.25 * P)
             assert all(x > near[-1] for x, _ in dots["p99: each trial"] if 0.8 * P < x < 1.25 * P)
+
+
+# ---------------------------------------------------------------- per-user against total throughput (issue 25) ----
+
+
+@pytest.fixture(scope="module")
+def knee(tmp_path_factory) -> tuple:
+    # known latencies per point: each request's E2EL = ttft + (32 - 1) * tpot (rundir_fixtures' timing model)
+    lat = {1: (0.01, 0.005), 4: (0.05, 0.008), 16: (0.5, 0.02)}
+    run = build_run(tmp_path_factory.mktemp("knee"), spec=demo_spec(), latency=lat, missing=("r2-c16",))
+    data = load_run(run)
+    return data, compute_analysis(data), lat
+
+
+def test_per_user_throughput_from_the_raw_records(knee: tuple) -> None:
+    from evidence.analysis.user_throughput import user_vs_total
+
+    data, res, lat = knee
+    rows = {r["point"]: r for r in user_vs_total(data)}
+    for P, (ttft, tpot) in lat.items():
+        assert rows[P]["per_user"] == pytest.approx(32 / (ttft + 31 * tpot), rel=1e-9)
+        # the total is the trials' output throughput (one definition), mean over the point's trials
+        want = [t["output_throughput"] for t in res["trials"] if t["point"] == P and t["status"] == "present"]
+        assert rows[P]["total"] == pytest.approx(sum(want) / len(want), rel=1e-6)
+        assert rows[P]["trials"] == len(want) and rows[P]["requests"] == 4 * P * len(want)
+    assert rows[16]["trials"] == 2, "the missing trial is left out"
+
+
+def test_per_user_figure_one_marker_per_point_labelled(knee: tuple) -> None:
+    from evidence.analysis.user_throughput import user_vs_total
+
+    data, res, _ = knee
+    fig = build_figure("user_vs_total_throughput", data, res)
+    ax = fig.axes[0]
+    rows = sorted(user_vs_total(data), key=lambda r: r["point"])
+    pts = next(c for c in ax.collections if c.get_gid() == "user-vs-total-points").get_offsets()
+    assert [float(v) for p in pts for v in p] == pytest.approx([v for r in rows for v in (r["total"], r["per_user"])])
+    path = next(ln for ln in ax.get_lines() if ln.get_gid() == "user-vs-total-path")
+    assert list(path.get_xdata()) == pytest.approx([r["total"] for r in rows]), "joined in increasing concurrency"
+    labels = {t.get_text(): t.xy for t in ax.texts if hasattr(t, "xy")}
+    assert set(labels) == {"C1", "C4", "C16"}
+    assert labels["C16"] == pytest.approx((rows[2]["total"], rows[2]["per_user"]))
+    assert "per user" in ax.get_ylabel() and "total output throughput" in ax.get_xlabel()
+
+
+def test_per_user_figure_names_a_point_with_nothing_measured(tmp_path: Path) -> None:
+    data = load_run(build_run(tmp_path, spec=demo_spec(), missing=("r1-c16", "r2-c16", "r3-c16")))
+    fig = build_figure("user_vs_total_throughput", data, compute_analysis(data))
+    texts = [t.get_text() for t in fig.axes[0].texts]
+    assert "nothing measured at C16" in texts and "C16" not in texts

@@ -100,7 +100,7 @@ def user_vs_total_figure(res: dict, data: RunData, *, title: Callable[..., None]
     else:
         ax.set_xlim(0, max(r["total"] for r in have) * 1.12)
         ax.set_ylim(0, max(r["per_user"] for r in have) * 1.15)
-        ax.legend(loc="upper right", frameon=False)
+        ax.legend(loc="lower left", frameon=False)  # low concurrency sits top left, high bottom right
     ax.set_xlabel("total output throughput (tok/s; mean over repeats)")
     ax.set_ylabel("output tok/s per user (per request)")
     title(

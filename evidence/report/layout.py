@@ -272,7 +272,7 @@ def latency_concurrency_table(res: dict) -> dict:
                  "and the cell says which. "
                  "The figure above shows the same numbers with every trial as a dot beside its bar. TTFT = time to first token; "
                  "TPOT = time per output token after the first; ITL = gap between streamed chunks; E2EL = whole "
-                 "request. All repeats pooled, and every other statistic, are in the latency distribution tables below.")
+                 "request. All repeats pooled, and every other statistic, are in the appendix Latency distributions.")
 
 
 def geometry_rows(rows: list[dict]) -> tuple[list[list], int]:

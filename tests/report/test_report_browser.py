@@ -128,17 +128,44 @@ def browser_page(tmp_path_factory) -> dict:
     html = html_path.read_text(encoding="utf-8")
     measured = root / "measured.html"
     measured.write_text(_allow_script(html, MEASURE).replace("</body>", MEASURE + "\n</body>"), encoding="utf-8")
-    r = _run(exe, ["--dump-dom", measured.as_uri()], root / "profile-dom")
-    m = re.search(r'<pre id="measured">(.*?)</pre>', r.stdout, re.S)
-    assert m, f"the measuring script left nothing in the DOM: {r.stdout[-500:]} {r.stderr[-500:]}"
+    m = _measure(exe, measured, root / "profile-dom")
     shot = root / "first-screen.png"
     _run(exe, [f"--screenshot={shot}", html_path.as_uri()], root / "profile-shot")
     # the page as written: an injected script (not hashed) does not run
     injected = root / "injected.html"
     injected.write_text(html.replace("</body>", INJECTED + "\n</body>"), encoding="utf-8")
     blocked = _run(exe, ["--dump-dom", injected.as_uri()], root / "profile-injected").stdout
-    return {"m": json.loads(m.group(1).replace("&quot;", '"').replace("&amp;", "&")), "shot": shot, "html": html,
-            "injected_dom": blocked, "bottom_line": bottom_line(res)}
+    return {"m": m, "shot": shot, "html": html, "injected_dom": blocked, "bottom_line": bottom_line(res)}
+
+
+def _measure(exe: str, page: Path, profile: Path) -> dict:
+    r = _run(exe, ["--dump-dom", page.as_uri()], profile)
+    m = re.search(r'<pre id="measured">(.*?)</pre>', r.stdout, re.S)
+    assert m, f"the measuring script left nothing in the DOM: {r.stdout[-500:]} {r.stderr[-500:]}"
+    return json.loads(m.group(1).replace("&quot;", '"').replace("&amp;", "&"))
+
+
+H200_RUN = Path(__file__).resolve().parents[2] / "releases/article1-h200-v1.1/data/raw/h200-default-s2"
+
+
+def test_a_real_h200_run_reads_the_same_way(tmp_path: Path) -> None:
+    """The committed v1.1 H200 run (read in place; its report is written under tmp): the title states the
+    result in one line, the appendices start within about 5 screens, and no table is wider than the page."""
+    if not H200_RUN.is_dir():
+        pytest.skip(f"{H200_RUN} is not in this checkout")
+    exe = _chromium()
+    data = load_run(H200_RUN)
+    res = compute_analysis(data)
+    _, html_path = render_report(H200_RUN, tmp_path / "report", data=data, analysis=res,
+                                 figures=figure_bytes(data, res))
+    html = html_path.read_text(encoding="utf-8")
+    measured = tmp_path / "measured.html"
+    measured.write_text(_allow_script(html, MEASURE).replace("</body>", MEASURE + "\n</body>"), encoding="utf-8")
+    m = _measure(exe, measured, tmp_path / "profile")
+    assert m["h1_text"] == bottom_line(res) and "these 2 server starts" in m["h1_text"]
+    assert m["h1"]["height"] < 1.5 * m["h1_line"]
+    assert m["first_appendix"]["top"] <= SCREENS * HEIGHT, m["first_appendix"]
+    assert not [t for t in m["tables_open"] if t["right"] > WIDTH or t["scrolls"]]
 
 
 INJECTED = "<script>document.body.appendChild(document.createElement('pre')).id = 'injected-ran';</script>"

@@ -187,7 +187,8 @@ def _points_table(res: dict) -> dict:
                   "repeats", "req/s", "failed req.", "len. mism.", "flags"], rows, "lrrrrrrrrrrrl",
                  "mean tok/s: whole-trial throughput (first send to last completion), mean over repeats. "
                  "steady-state tok/s: mean over repeats of each trial's throughput inside its steady-state window "
-                 "(MSER-5 start, full-concurrency end); steady trials: trials whose window shows no trend. "
+                 "(MSER-5 start, full-concurrency end); steady trials: trials whose window shows no trend (the trials table "
+                 "says, per trial, the drift the trend test would have seen with 80% power). "
                  "min / max: the slowest and fastest repeat. repeats: measured / planned. req/s: completed requests "
                  "per second, mean over repeats. failed req.: requests that ended in an error, summed over repeats "
                  "(a trial's throughput counts only completed ones). len. mism.: completed requests whose "
@@ -251,7 +252,9 @@ def _trials_table(res: dict) -> dict:
         lat = t["latency"] or {}
         st = (within[t["id"]].get("steady") or {})
         window = (f"{num(st['throughput'])} ({st['start_s']:.2f}-{st['end_s']:.2f} s"
-                  + ("" if st["steady"] else ", no steady state" if st["needed_s"] else ", too short to tell") + ")"
+                  + ((f"; no trend, a ±{100 * st['detectable_drift']:.1f}% drift would show"
+                      if st.get("detectable_drift") is not None else "") if st["steady"] else
+                     ", no steady state" if st["needed_s"] else ", too short to tell") + ")"
                   if st.get("throughput") is not None else "n/a")
         rows.append((t["id"], num(t["repeat"]), label(t["point"]), num(t["position"]), t["status"], num(t["requests"]),
                      num(t["completed"]), num(t["failed"]), num(t["duration_s"], 3), num(t["output_throughput"]), window,

@@ -9,11 +9,12 @@ the render stack only, so `render_environment()` is recorded beside the files
 (figures/render.json) and in the report.
 
 Figures:
-  throughput_vs_concurrency  mean output throughput per point (line) with every
-                             repeat visible (markers, offset per repeat), CV noted
-  latency_vs_concurrency     per latency metric: p50 and p99 (mean over repeats)
-                             against concurrency, each with its 95% interval
-                             across repeats (evidence.analysis.latency)
+  throughput_vs_concurrency  mean output throughput per point (line), every repeat a marker (one colour
+                             per server start and one shape per arm when several), CV noted
+  user_vs_total_throughput   output tok/s per user (per request) against total output tok/s, one marker
+                             per point (evidence.analysis.user_throughput, from the raw records)
+  latency_vs_concurrency     per latency metric: p50 and p99 (mean over repeats) against concurrency, each
+                             with its 95% interval (evidence.analysis.latency), every trial a dot beside it
   latency_vs_throughput      per latency metric: (mean throughput, mean latency)
                              and the highest percentile, the means joined in
                              increasing concurrency (arrows); dominated points marked
@@ -42,9 +43,12 @@ import numpy as np
 from matplotlib import ticker
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
+from matplotlib.lines import Line2D
+from matplotlib.patches import Patch
 
 from evidence.analysis.analyze import compute_analysis
 from evidence.analysis.bottleneck_figure import host_over_time
+from evidence.analysis.user_throughput import user_vs_total_figure
 from evidence.analysis.latency import absent_short, shown_keys
 from evidence.analysis.load import RunData, load_run
 from evidence.analysis.model import Analysis
@@ -77,8 +81,8 @@ DPI = 120
 COLORS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf")
 REPEAT_MARKERS = ("o", "s", "^", "D", "v", "P", "X", "<", ">", "h")
 ECDF_MAX_POINTS = 800
-FIGURE_NAMES = ("throughput_vs_concurrency", "latency_vs_concurrency", "latency_vs_throughput", "latency_ecdf",
-                "telemetry", "throughput_over_time")
+FIGURE_NAMES = ("throughput_vs_concurrency", "user_vs_total_throughput", "latency_vs_concurrency",
+                "latency_vs_throughput", "latency_ecdf", "telemetry", "throughput_over_time")
 LOG_SPAN = 20.0  # a latency axis turns logarithmic when its values span more than this factor
 PCT_STYLE = (("#1f77b4", "o", "-"), ("#d62728", "s", "--"))  # the lower and the higher percentile shown
 
@@ -138,7 +142,7 @@ def _readable_log(axis, lo_ms: float, hi_ms: float) -> None:
 # ------------------------------------------------------------------ figures ----
 
 
-def _fig_throughput(res: dict) -> Figure:
+def _fig_throughput(res: dict, data: RunData | None = None) -> Figure:
     A = Analysis.from_dict(res)
     pts = A.spec.points
     R = A.spec.repeats
@@ -149,20 +153,29 @@ def _fig_throughput(res: dict) -> Figure:
     ys = [m for m in means if m is not None]
     ax.plot(xs, ys, color="black", lw=1.4, marker="_", ms=18, mew=2, label="mean over repeats", zorder=3)
     step = 0.05 if len(pts) > 1 else 0.0
+    # several server starts (or arms): one colour per start, one marker shape per arm, so a start's shift shows
+    arm_of = {(t.repeat, t.point): t.arm for t in data.trials} if data is not None else {}
+    arms = [a.name for a in getattr(data.spec, "arms", [])] if data is not None else []
+    starts = sorted({t.session or 1 for t in A.trials})
+    groups: dict[tuple, tuple[list, list, list, list]] = {}
     for r in range(1, R + 1):
-        rx, ry, fx, fy = [], [], [], []
         for P in pts:
             t = A.trial_at(r, P)
             if not t or t.output_throughput is None:
                 continue
+            key = (t.session or 1, arm_of.get((r, P))) if len(starts) > 1 or arms else (r, None)
+            rx, ry, fx, fy = groups.setdefault(key, ([], [], [], []))
             x = P * 2 ** (step * (r - (R + 1) / 2))
             (fx if t.failed else rx).append(x)
             (fy if t.failed else ry).append(t.output_throughput)
-        m = REPEAT_MARKERS[(r - 1) % len(REPEAT_MARKERS)]
-        ax.scatter(rx, ry, marker=m, s=30, color=_color(r - 1), label=f"repeat {r}", zorder=4)
+    for (g, arm), (rx, ry, fx, fy) in sorted(groups.items(), key=lambda kv: (kv[0][0], str(kv[0][1]))):
+        m = REPEAT_MARKERS[(arms.index(arm) if arm in arms else 0 if arms or len(starts) > 1 else g - 1)
+                           % len(REPEAT_MARKERS)]
+        name = (f"server start {g}" + (f", arm {arm}" if arm else "")) if len(starts) > 1 or arms else f"repeat {g}"
+        ax.scatter(rx, ry, marker=m, s=30, color=_color(g - 1), label=name, zorder=4)
         if fx:
             ax.scatter(fx, fy, marker=m, s=30, facecolors="none", edgecolors="#d62728", linewidths=1.4,
-                       label=f"repeat {r} (had failed requests)", zorder=4)
+                       label=f"{name} (had failed requests)", zorder=4)
     for p in A.points:
         cv = p.output_throughput.cv
         m = p.output_throughput.mean
@@ -182,6 +195,9 @@ def _fig_throughput(res: dict) -> Figure:
         ax.set_ylim(max(0.0, lo - pad), hi + pad)
     o = A.ordering
     title = f"{A.spec.name}: output throughput vs concurrency ({R} repeat{'s' if R != 1 else ''}, {A.spec.order} order)"
+    if len(starts) > 1 or arms:
+        title += (f"\n{len(starts)} server start{'s' if len(starts) != 1 else ''} (one colour each)"
+                  + (f", arms {' and '.join(arms)} (one marker each)" if arms else ""))
     _title(fig, title, res)
     if o.statement:
         ax.text(0.01, 0.98, f"means: {o.statement}; held in {o.held_in_repeats} of {o.repeats_planned} repeats"
@@ -245,9 +261,13 @@ def _fig_latency_conc(res: dict) -> Figure:
                 ax.scatter([o[0] for o in open_pts], [o[1] for o in open_pts], marker=marker, s=40, facecolors="white",
                            edgecolors=color, zorder=4, gid=f"no-interval-{m}-{key}",
                            label=f"{key}: no interval ({why[0] if len(why) == 1 else 'see table'})")
-            tx = [t["point"] * off for t in res["trials"] if ((t.get("latency") or {}).get(m) or {}).get(key) is not None]
-            ty = [t["latency"][m][key] for t in res["trials"] if ((t.get("latency") or {}).get(m) or {}).get(key) is not None]
-            ax.scatter(tx, ty, s=9, color=color, alpha=0.4, lw=0, zorder=2)
+            # every trial's own value, beside its bar (outside the pair of bars), so the bar does not hide it
+            side = off * 2 ** ((-1 if len(keys) > 1 and j == 0 else 1) * 1.5 * step)
+            tv = [(t["point"] * side, t["latency"][m][key]) for t in res["trials"]
+                  if ((t.get("latency") or {}).get(m) or {}).get(key) is not None]
+            ty = [v for _, v in tv]
+            ax.scatter([x for x, _ in tv], ty, s=9, color=color, alpha=0.5, lw=0, zorder=2,
+                       label=f"{key}: each trial" if tv else None)
             span += ty
         _log2_axis(ax, pts)
         ax.set_xlabel("max concurrency")
@@ -264,7 +284,7 @@ def _fig_latency_conc(res: dict) -> Figure:
             if lo_y < 0:  # a t interval reaching below 0 is drawn as computed; the line marks where latency ends
                 ax.axhline(0.0, color="#333333", lw=0.7, zorder=1)
         ax.set_ylabel(f"{m.upper()} ({unit})")
-        ax.set_title(f"{m.upper()}: " + " and ".join(keys) + " per point (small dots: each repeat)", fontsize=8.5)
+        ax.set_title(f"{m.upper()}: " + " and ".join(keys) + " per point (small dots: each trial)", fontsize=8.5)
         if span:
             hs, ls_ = ax.get_legend_handles_labels()
             ax.legend([(h, with_bar[h]) if h in with_bar else h for h in hs], ls_, loc="upper left", frameon=False,
@@ -437,9 +457,6 @@ def _fig_telemetry(res: dict, data: RunData) -> Figure:
                 ax.set_xlabel("seconds since trial t0", fontsize=7.5)
             if j == 0:
                 ax.set_ylabel("requests", fontsize=7.5)
-    from matplotlib.lines import Line2D
-    from matplotlib.patches import Patch
-
     handles = [Line2D([], [], color="#1f77b4", lw=1.1, label="running"),
                Line2D([], [], color="#ff7f0e", lw=1.1, ls="--", label="waiting"),
                Patch(color="#999999", alpha=0.15, label="plateau window (sustained values)")]
@@ -451,9 +468,6 @@ def _fig_telemetry(res: dict, data: RunData) -> Figure:
 def _fig_over_time(res: dict) -> Figure:
     """One panel per trial: output tok/s (left axis), in-flight and server-running requests (right axis), the
     steady-state window shaded; the panel title says the window's throughput, or that there is none."""
-    from matplotlib.lines import Line2D
-    from matplotlib.patches import Patch
-
     pts = res["spec"]["points"]
     R = res["spec"]["repeats"]
     fig = Figure(figsize=(min(3.6 * len(pts), 15.0), 2.4 * R + 0.8), layout="constrained")
@@ -486,7 +500,9 @@ def _fig_over_time(res: dict) -> Figure:
             ax2.grid(False)
             ax2.tick_params(labelsize=7)
             if st["steady"]:
-                state = f"steady {st['throughput']:,.0f} tok/s"
+                seen = st.get("detectable_drift")  # an older analysis has none
+                state = f"steady {st['throughput']:,.0f} tok/s" + (f", ±{100 * seen:.0f}% drift would show"
+                                                                    if seen is not None else "")
             elif st["needed_s"] is not None:
                 state = "no steady state (trend)"
             else:
@@ -510,16 +526,7 @@ def _fig_over_time(res: dict) -> Figure:
 
 
 def _wrap(text: str, width: int) -> str:
-    words, lines, cur = text.split(), [], ""
-    for w in words:
-        if cur and len(cur) + 1 + len(w) > width:
-            lines.append(cur)
-            cur = w
-        else:
-            cur = f"{cur} {w}" if cur else w
-    if cur:
-        lines.append(cur)
-    return "\n".join(lines)
+    return textwrap.fill(" ".join(text.split()), width, break_long_words=False, break_on_hyphens=False)
 
 
 # --------------------------------------------------------------- top level ----
@@ -527,7 +534,8 @@ def _wrap(text: str, width: int) -> str:
 
 def _builders(data: RunData, res: dict) -> dict[str, Any]:
     return {
-        "throughput_vs_concurrency": lambda: _fig_throughput(res),
+        "throughput_vs_concurrency": lambda: _fig_throughput(res, data),
+        "user_vs_total_throughput": lambda: user_vs_total_figure(res, data, title=_title),
         "latency_vs_concurrency": lambda: _fig_latency_conc(res),
         "latency_vs_throughput": lambda: _fig_latency_tput(res),
         "latency_ecdf": lambda: _fig_ecdf(res, data),

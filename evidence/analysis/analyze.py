@@ -126,7 +126,10 @@ METHODS = {
                     f"in-flight >= 95% of the peak); its start is MSER-{BATCH} over batch means of {BATCH} bins; "
                     "steady-state throughput = mean output tokens/s over the window, shown beside the whole-trial "
                     f"throughput. Trend: Spearman over {TREND_BATCHES} batch means of the window; |rho| > "
-                    f"{TREND_RHO} with p < {TREND_P} means no steady state, and the trial length needed is named",
+                    f"{TREND_RHO} with p < {TREND_P} means no steady state, and the trial length needed is named; "
+                    "'no trend' states the linear drift over the window the test finds with 80% power "
+                    "(detectable_drift: the batch means' residual sd about their line times the drift-to-noise ratio "
+                    "a seeded simulation of the rule gives, over the window's mean)",
     "waves": f"a periodic component of the detrended per-bin throughput in the window (autocorrelation peak >= "
              f"{WAVE_ACF} and above 3/sqrt(n)) or a bimodal per-bin distribution (Sarle's coefficient > 5/9)",
     "regimes": f"across the repeats of a point (4 or more), the best split of trial throughputs into two groups, "

@@ -14,7 +14,8 @@ All times are seconds on the trial clock (the records' and the telemetry's share
   sum((Y_i - mean_d)^2) / (n - d)^2 over the kept batch means is the warm-up. A Spearman trend
   test over 10 batch means of the window follows (scipy.stats.spearmanr): |rho| > 0.65 with
   p < 0.05 means the throughput still drifts, so the trial has no steady state, and the note says
-  how long a trial would have to be for the question to be asked again.
+  how long a trial would have to be for the question to be asked again. What "no trend" is worth is
+  stated with it: the drift the test would have found with 80% power (`detectable_drift`, below).
 - `waves`: lockstep waves show as a strong periodic component of the per-bin throughput in the
   window (the highest autocorrelation peak past the first zero crossing, after removing the
   linear trend) or as a bimodal per-bin distribution (Sarle's bimodality coefficient).
@@ -27,6 +28,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass, field
+from functools import lru_cache
 from typing import Any, Iterable, Sequence
 
 import numpy as np
@@ -42,6 +44,7 @@ WAVE_ACF = 0.3  # an autocorrelation peak at least this high (and above 3/sqrt(n
 BIMODAL_BC = 5 / 9  # Sarle's coefficient of a uniform distribution; above it suggests two modes
 REGIME_D = 2.0  # Ashman's D above which two groups are cleanly separated
 REGIME_P, REGIME_SIMS, REGIME_SEED = 0.05, 4000, 20261203
+DRIFT_POWER, DRIFT_SIMS, DRIFT_SEED = 0.80, 5000, 20261206
 
 
 @dataclass(frozen=True)
@@ -142,9 +145,56 @@ class Steady:
     needed_s: float | None = None  # when there is no steady state: the trial length the plan would need at least
     needed_prompts: int | None = None
     batch_means: tuple[float, ...] = ()
+    # the linear drift over the window (first to last, a fraction of its mean) the trend test finds with 80% power
+    detectable_drift: float | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+
+def _trend_found(bm: np.ndarray) -> np.ndarray:
+    """The trend rule on rows of batch means (m, TREND_BATCHES): |Spearman rho| > TREND_RHO with p < TREND_P, p from
+    the t approximation scipy.stats.spearmanr uses (no ties in continuous data)."""
+    n = bm.shape[1]
+    ranks = np.argsort(np.argsort(bm, axis=1), axis=1).astype(float)
+    d = ranks - np.arange(n, dtype=float)
+    rho = 1 - 6 * (d * d).sum(axis=1) / (n * (n * n - 1))
+    with np.errstate(divide="ignore"):
+        t = rho * np.sqrt((n - 2) / np.maximum(1 - rho * rho, 1e-300))
+    p = 2 * stats.t.sf(np.abs(t), n - 2)
+    return (np.abs(rho) > TREND_RHO) & (p < TREND_P)
+
+
+@lru_cache(maxsize=1)
+def drift_to_noise_80() -> float:
+    """k such that a linear drift of k residual sds over the window (first batch to last) is found by the trend test
+    in DRIFT_POWER of trials. Spearman's rho depends only on the ranks, so the power depends on nothing but k (normal
+    residuals assumed); it is found once by bisection on a seeded simulation (the same noise for every k, so the
+    power is monotone in k and the answer deterministic)."""
+    noise = np.random.default_rng(DRIFT_SEED).standard_normal((DRIFT_SIMS, TREND_BATCHES))
+    slope = (np.arange(TREND_BATCHES) - (TREND_BATCHES - 1) / 2) / TREND_BATCHES  # total change 1 over the window
+    lo, hi = 0.0, 20.0
+    for _ in range(24):  # to 20 / 2**24 of a residual sd
+        k = (lo + hi) / 2
+        if _trend_found(noise + k * slope).mean() >= DRIFT_POWER:
+            hi = k
+        else:
+            lo = k
+    return hi
+
+
+def detectable_drift(batch_means: np.ndarray) -> float | None:
+    """The drift over the window (a fraction of its mean) the trend test would have found with 80% power: the batch
+    means' residual sd about their least-squares line (the noise the test saw, the drift itself taken out) times
+    drift_to_noise_80(), over the mean. None when the level is not positive."""
+    bm = np.asarray(batch_means, dtype=float)
+    level = float(bm.mean())
+    if not level > 0:
+        return None
+    x = np.arange(len(bm), dtype=float)
+    resid = bm - np.polyval(np.polyfit(x, bm, 1), x)
+    sd = float(np.sqrt((resid * resid).sum() / (len(bm) - 2)))
+    return drift_to_noise_80() * sd / level
 
 
 def _mser(y: np.ndarray) -> int:
@@ -189,12 +239,15 @@ def steady_state(series: Series) -> Steady:
     if not math.isfinite(rho):  # a constant window has no trend
         rho, p = 0.0, 1.0
     drift = abs(rho) > TREND_RHO and p < TREND_P
+    seen = detectable_drift(bm)
     common = dict(start_s=start_s, end_s=end_s, throughput=tp, trend_rho=rho, trend_p=p,
-                  batch_means=tuple(float(x) for x in bm), **base)
+                  batch_means=tuple(float(x) for x in bm), detectable_drift=seen, **base)
     if not drift:
+        could = (f"; a drift of ±{100 * seen:.1f}% over this window could have been seen (80% power)"
+                 if seen is not None else "")
         return Steady(steady=True, note=(f"steady from {start_s:.2f} s to {end_s:.2f} s (MSER-5 start, full-concurrency "
-                                         f"end); no trend over {TREND_BATCHES} batch means (Spearman rho {rho:+.2f}, "
-                                         f"p {p:.3g})"), **common)
+                                         f"end): no trend detected over {TREND_BATCHES} batch means (Spearman rho "
+                                         f"{rho:+.2f}, p {p:.3g}){could}"), **common)
     # The drift spans the whole window, so the transient is at least as long as the trial's
     # full-concurrency part; MSER needs the warm-up to be at most half the run: twice as long, at least.
     needed = 2 * end_s

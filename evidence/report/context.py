@@ -37,22 +37,26 @@ from evidence.metrics import HEADLINE_METRICS, METRIC_DOCS
 from evidence.report.bottleneck import bottleneck_sections
 from evidence.report.format import fixed, join_flags, num, pct, provenance_rows, section, table, text, utc
 from evidence.report.sanitize import CSP
-from evidence.report.layout import geometry_rows, headline, latency_concurrency_table
+from evidence.report.layout import (bottom_line, bottom_line_more, comparison_summary_table, geometry_rows, headline,
+                                    latency_concurrency_table)
 from evidence.rundir import PROVENANCE_JSON, REPORT
 from evidence.report.verdicts import (arms_tables, comparison_tables, dominance_tables, latency_point_table,
                                       looks_tables, side_by_side_tables, variance_tables)
 
 TEMPLATE_NAMES = ("report.md.j2", "report.html.j2")
 FIGURE_TITLES = {
-    "throughput_vs_concurrency": "Output throughput vs concurrency: mean line, every repeat as a marker",
+    "throughput_vs_concurrency": "Output throughput vs concurrency: mean line, every repeat as a marker (with several "
+                                 "server starts, one colour per start and one shape per arm)",
     "latency_vs_concurrency": "Latency against concurrency: p50 and p99 of each metric, the mean over repeats with "
                               "its 95% t interval (n - 1 df; the engine session as the unit when sessions differ; no "
-                              "bar below 2 units), every repeat as a dot",
+                              "bar below 2 units), every trial's own value as a dot beside its bar",
     "latency_vs_throughput": "Latency vs throughput operating points, the point means joined in increasing concurrency "
                              "(arrows: the knee is where latency climbs while throughput stops); dominated points "
                              "crossed out",
     "latency_ecdf": "TTFT and TPOT distributions per point (ECDF, repeats pooled; log axes ticked 1-2-5 with units)",
     "telemetry": "Server-reported running and waiting requests over time, per trial",
+    "user_vs_total_throughput": "Output tokens/s per user (per request) against total output tokens/s, one marker "
+                                "per point labelled with its concurrency, joined in increasing concurrency",
     "throughput_over_time": "Output throughput and requests in flight over time, per trial, steady-state window shaded",
     "host_over_time": "The engine's processes' CPU (cores, by role), the client's, GPU busy and output throughput over "
                       "time, per trial, with its bottleneck reading",
@@ -61,8 +65,8 @@ FIGURE_TITLES = {
 
 # Figures the layout places by name (the headline, latency, trade-off, distributions, telemetry); any other
 # figure the figures stage renders (per-trial time series, ...) joins the "Within each trial" section.
-PLACED_FIGURES = ("throughput_vs_concurrency", "latency_vs_concurrency", "latency_vs_throughput", "latency_ecdf",
-                  "telemetry", "host_over_time")
+PLACED_FIGURES = ("throughput_vs_concurrency", "user_vs_total_throughput", "latency_vs_concurrency",
+                  "latency_vs_throughput", "latency_ecdf", "telemetry", "host_over_time")
 
 
 class TemplateNotFound(FileNotFoundError):
@@ -183,7 +187,8 @@ def _points_table(res: dict) -> dict:
                   "repeats", "req/s", "failed req.", "len. mism.", "flags"], rows, "lrrrrrrrrrrrl",
                  "mean tok/s: whole-trial throughput (first send to last completion), mean over repeats. "
                  "steady-state tok/s: mean over repeats of each trial's throughput inside its steady-state window "
-                 "(MSER-5 start, full-concurrency end); steady trials: trials whose window shows no trend. "
+                 "(MSER-5 start, full-concurrency end); steady trials: trials whose window shows no trend (the trials table "
+                 "says, per trial, the drift the trend test would have seen with 80% power). "
                  "min / max: the slowest and fastest repeat. repeats: measured / planned. req/s: completed requests "
                  "per second, mean over repeats. failed req.: requests that ended in an error, summed over repeats "
                  "(a trial's throughput counts only completed ones). len. mism.: completed requests whose "
@@ -247,7 +252,9 @@ def _trials_table(res: dict) -> dict:
         lat = t["latency"] or {}
         st = (within[t["id"]].get("steady") or {})
         window = (f"{num(st['throughput'])} ({st['start_s']:.2f}-{st['end_s']:.2f} s"
-                  + ("" if st["steady"] else ", no steady state" if st["needed_s"] else ", too short to tell") + ")"
+                  + ((f"; no trend, a ±{100 * st['detectable_drift']:.1f}% drift would show"
+                      if st.get("detectable_drift") is not None else "") if st["steady"] else
+                     ", no steady state" if st["needed_s"] else ", too short to tell") + ")"
                   if st.get("throughput") is not None else "n/a")
         rows.append((t["id"], num(t["repeat"]), label(t["point"]), num(t["position"]), t["status"], num(t["requests"]),
                      num(t["completed"]), num(t["failed"]), num(t["duration_s"], 3), num(t["output_throughput"]), window,
@@ -290,34 +297,46 @@ def build_context(run_dir: Path, data: RunData, res: dict, figs: dict[str, bytes
     unplaced = [n for n in have if n not in PLACED_FIGURES]
     lat = [n for n in have if n == "latency_vs_concurrency" or (n in unplaced and "latency" in n and "concurrency" in n)]
     extra = [n for n in unplaced if n not in lat]
+    # Reading order: the answer and the few figures and tables that carry it first (about five screens at 1366 px
+    # wide); everything else in appendices, collapsed in the HTML (<details>), in the order below.
     sections = []
+    sections.append(section("user-throughput", "Per-user against total throughput", figures=[
+        n for n in ("user_vs_total_throughput",) if n in have], paragraphs=[
+        "Each point's mean output tokens/s per user (per request: its output tokens over its send-to-last-token "
+        "time) against its total output tokens/s: where the total stops growing while each user's rate keeps "
+        "falling is the knee. Computed from the raw records."]))
     sections.append(section("latency", "Latency against concurrency", tables=[latency_concurrency_table(res)],
                             figures=lat))
-    sections.append(section("timeseries", "Within each trial: throughput and requests over time",
-                            figures=extra + [n for n in ("telemetry",) if n in have], tables=[_telemetry_table(res)]))
-    sections.append(section("tradeoff", "Throughput against latency", tables=dominance_tables(res),
-                            figures=[n for n in ("latency_vs_throughput",) if n in have]))
-    sections.append(section("distributions", "Latency distributions",
-                            tables=side_by_side_tables(res) + [latency_point_table(res)],
-                            figures=[n for n in ("latency_ecdf",) if n in have]))
-    sections.append(section("throughput", "Throughput per point",
-                            tables=[_points_table(res)] + variance_tables(res) + [_prompt_table(res)]))
-    sections.append(section("paired", "Paired comparisons", tables=comparison_tables(res) + looks_tables(res) + arms_tables(res),
+    summary = comparison_summary_table(res)
+    sections.append(section("paired", "Paired comparisons", tables=([summary] if summary else []) + arms_tables(res),
+                            paragraphs=[] if res["comparisons"] else
+                            ["The spec names no comparison (analysis.comparisons); see the ordering in the appendix "
+                             "'Throughput against latency'."]))
+    sections.append(section("throughput", "Throughput per point", tables=[_points_table(res)] + variance_tables(res)))
+    head = headline(res)
+    # every caveat, in analysis order, as a short item with its full text behind a toggle (bullets: the full text,
+    # for the markdown)
+    sections.append(dict(section("all-caveats", "All caveats", bullets=head["caveats_all"], paragraphs=[
+        "Every caveat the analysis found (analysis.json caveats); open one for its full text. The headline shows "
+        "the most consequential ones and leaves out those that restate a verdict line."] if head["caveats_all"] else
+        ["None found in the data."]), toggles=head["caveat_items_all"]))
+    sections.append(section("paired-full", "Paired comparisons in full", appendix=True,
+                            tables=comparison_tables(res) + looks_tables(res),
                             paragraphs=[METHODS["paired_test"] + ".", METHODS["multiplicity"] + ".",
                                         METHODS["verdict"] + "."] if res["comparisons"] else
-                            ["The spec names no comparison (analysis.comparisons); see the ordering above."]))
+                            ["The spec names no comparison (analysis.comparisons)."]))
+    sections.append(section("timeseries", "Within each trial: throughput and requests over time", appendix=True,
+                            figures=extra + [n for n in ("telemetry",) if n in have], tables=[_telemetry_table(res)]))
+    sections.append(section("tradeoff", "Throughput against latency", tables=dominance_tables(res), appendix=True,
+                            figures=[n for n in ("latency_vs_throughput",) if n in have]))
+    sections.append(section("distributions", "Latency distributions", appendix=True,
+                            tables=side_by_side_tables(res) + [latency_point_table(res)],
+                            figures=[n for n in ("latency_ecdf",) if n in have]))
     gp, gt = _goodput_tables(res)
-    sections.append(section("goodput", "SLO goodput", paragraphs=gp, tables=gt))
-    sections.append(section("trials", "Trials", tables=[_trials_table(res)]))
-    sections.extend(_profile_sections(run_dir, profile))
-    sections.extend(_anchor_sections(run_dir))
-    sections.extend(bottleneck_sections(res, have))
-    head = headline(res)
-    # every caveat, verbatim and in analysis order: the headline shows only the few that matter most
-    sections.append(section("all-caveats", "All caveats", bullets=head["caveats_all"], paragraphs=[
-        "Every caveat the analysis found (analysis.json caveats), in full; the headline shows the most consequential "
-        "ones and leaves out those that restate a verdict line."] if head["caveats_all"] else
-        ["None found in the data."]))
+    sections.append(section("goodput", "SLO goodput", paragraphs=gp, tables=gt, appendix=True))
+    sections.append(section("trials", "Trials", tables=[_trials_table(res), _prompt_table(res)], appendix=True))
+    sections.extend(dict(x, appendix=True) for x in _profile_sections(run_dir, profile) + _anchor_sections(run_dir)
+                    + bottleneck_sections(res, have))
     c = res["completeness"]
     comp_rows = [("trials planned", num(c["trials_planned"])), ("trials recorded", num(c["trials_present"])),
                  ("missing", ", ".join(c["missing"]) or "none"),
@@ -352,7 +371,8 @@ def build_context(run_dir: Path, data: RunData, res: dict, figs: dict[str, bytes
                          "md_path": f"{figures_rel}/{name}.png",
                          "png_b64": base64.b64encode(figs[f"{name}.png"]).decode("ascii")}
     return {
-        "title": spec.title, "name": spec.name, "run_id": res["run"]["run_id"] or "(unknown run id)",
+        "title": spec.title, "name": spec.name, "bottom_line": bottom_line(res),
+        "bottom_line_more": bottom_line_more(res), "run_id": res["run"]["run_id"] or "(unknown run id)",
         "status": c["run_status"] or "unknown", "dates": _dates(data),
         "headline": dict(head, figure="throughput_vs_concurrency"),
         "sections": sections, "figures": figures,

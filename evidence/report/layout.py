@@ -11,6 +11,7 @@ from typing import Any
 
 from evidence.analysis.caveats import pair_about
 from evidence.analysis.latency import absent_short, shown_keys
+from evidence.analysis.model import Analysis
 from evidence.analysis.numbers import label
 from evidence.metrics import METRICS
 from evidence.report.format import num, pct, table
@@ -146,7 +147,92 @@ def headline(res: dict, limit: int = HEADLINE_CAVEATS) -> dict:
             + f"; all {len(texts)} in full below." if more else " below.")
     return {"verdicts": verdicts, "caveats": [kinds[i]["short"] or texts[i] for i in top] or ["None found in the data."],
             "caveats_more": {"link": link, "note": note}, "caveats_all": texts,
-            "restated": [texts[i] for i in sorted(restated)]}
+            "restated": [texts[i] for i in sorted(restated)],
+            # the same caveats as short items, each with its full text behind a toggle (the HTML's <details>)
+            "caveat_items": caveat_items(res, top), "caveat_items_all": caveat_items(res)}
+
+
+def bottom_line(res: dict) -> str:
+    """The result in one short line for the page's title: the first declared comparison's verdict on output
+    throughput with its interval (at its Holm level) and scope, or "Not decided" and why; an incomplete run says so
+    first. The verdict lines below give the p, MDE and df; bottom_line_more how many of several were decided."""
+    a = Analysis.from_dict(res)
+    c0 = a.completeness
+    lead = "Incomplete run. " if c0.missing or c0.run_status not in ("complete", None) else ""
+    if not a.comparisons:
+        best = max((p for p in a.points if p.output_throughput.mean is not None),
+                   key=lambda p: p.output_throughput.mean or 0.0, default=None)
+        return lead + "Not decided: the spec declares no comparison" + (
+            f"; highest mean output throughput at {best.label} ({num(best.output_throughput.mean, 0)} tok/s)"
+            if best else "; no point has a measured throughput") + "."
+    c = a.comparisons[0]
+    A, B = label(c.a), label(c.b)
+    adj = c.family > 1 and bool(c.ci_adjusted) and c.ci_adjusted_level is not None
+    ci = c.ci_adjusted if adj else c.ci95
+    lvl = f"{100 * c.ci_adjusted_level:.4g}%" if adj else "95%"
+    iv = (f"{lvl} CI {pct(ci[0], signed=True, d=1)} to {pct(ci[1], signed=True, d=1)}"
+          if ci and None not in ci else "no interval")
+    iv += f"; {c.scope}" if c.scope else ""
+    if c.verdict == "finding" and isinstance(c.effect, (int, float)):
+        line = f"{A} {'beats' if c.effect > 0 else 'trails'} {B} by {pct(abs(c.effect), d=1)} in throughput ({iv})"
+    elif c.verdict == "equivalent":
+        line = f"{A} and {B} equivalent within ±{pct(c.margin, d=1)} in throughput ({iv})"
+    elif c.n_units < 2:
+        line = f"Not decided: {A} vs {B} has {c.n_units} unit(s), a test needs 2"
+    else:
+        line = f"Not decided: {A} vs {B} throughput {pct(c.effect, signed=True, d=1)} ({iv})"
+    return lead + line + "."
+
+
+def bottom_line_more(res: dict) -> str:
+    """What the title's line leaves out: how many of several declared comparisons were decided ("" for one)."""
+    comps = Analysis.from_dict(res).comparisons
+    if len(comps) < 2:
+        return ""
+    done = sum(1 for x in comps if x.verdict in ("finding", "equivalent"))
+    return (f"The line above is the first of {len(comps)} declared comparisons; {done} of them "
+            f"{'is' if done == 1 else 'are'} decided (every verdict is listed below).")
+
+
+def _first_sentence(text: str, limit: int = 110) -> str:
+    """A caveat's short form where the analysis gives none: its first sentence, cut at a word within `limit`."""
+    first = text.split(". ")[0].rstrip(".")
+    if len(first) <= limit:
+        return first + "."
+    return first[:limit].rsplit(" ", 1)[0].rstrip(",;:") + " ..."
+
+
+def caveat_items(res: dict, which: list[int] | None = None) -> list[dict]:
+    """Caveats as short items with their full text behind a toggle: {'short', 'full'} ('full' is None where the short
+    form is the whole caveat). `which`: indices into analysis caveats (default all, in analysis order)."""
+    texts = list(res.get("caveats") or [])
+    kinds = res.get("caveat_kinds") or []
+    out = []
+    for i in range(len(texts)) if which is None else which:
+        short = (kinds[i].get("short") if len(kinds) == len(texts) else None) or _first_sentence(texts[i])
+        out.append({"short": short, "full": None if short.strip() == texts[i].strip() else texts[i]})
+    return out
+
+
+def comparison_summary_table(res: dict) -> dict | None:
+    """One row per declared comparison: verdict, effect, interval, p, MDE, and what it is about (unit, n, df,
+    scope); the per-repeat tables and the full procedure are in an appendix."""
+    a = Analysis.from_dict(res)
+    if not a.comparisons:
+        return None
+    rows = []
+    for c in a.comparisons:
+        ci = c.ci95
+        rows.append((c.name or f"{label(c.a)} vs {label(c.b)}", c.verdict or "n/a", pct(c.effect, signed=True, d=1),
+                     f"{pct(ci[0], signed=True, d=1)} to {pct(ci[1], signed=True, d=1)}" if ci and None not in ci
+                     else "n/a", _p(c.p_adjusted if c.p_adjusted is not None else c.p_value),
+                     pct(c.mde, d=1) if isinstance(c.mde, (int, float)) else "n/a",
+                     f"{c.unit}, n = {c.n_units}" + (f", {c.df} df" if c.df is not None else ""),
+                     (c.scope or "n/a") + (f" ({c.scope_note})" if c.scope_note else "")))
+    return table("Declared comparisons of output throughput (paired; Holm over the declared comparisons)",
+                 ["comparison", "verdict", "effect", "95% CI", "p (Holm)", "MDE (80% power)", "unit", "scope"],
+                 rows, "llrrrrll", "effect: mean paired (a - b) / b; every repeat of each comparison and the full "
+                 "procedure are in the appendix 'Paired comparisons in full'.")
 
 
 def latency_concurrency_table(res: dict) -> dict:
@@ -184,9 +270,9 @@ def latency_concurrency_table(res: dict) -> dict:
                  "and back-transformed: it lies around the geometric mean, so it is asymmetric and stays above 0; "
                  "with fewer than 2 units, or a trial's value of 0 or less (no logarithm), there is no interval, "
                  "and the cell says which. "
-                 "The figure above shows the same numbers with every repeat as a dot. TTFT = time to first token; "
+                 "The figure above shows the same numbers with every trial as a dot beside its bar. TTFT = time to first token; "
                  "TPOT = time per output token after the first; ITL = gap between streamed chunks; E2EL = whole "
-                 "request. All repeats pooled, and every other statistic, are in the latency distribution tables below.")
+                 "request. All repeats pooled, and every other statistic, are in the appendix Latency distributions.")
 
 
 def geometry_rows(rows: list[dict]) -> tuple[list[list], int]:
@@ -217,4 +303,5 @@ def _fixed(x: Any, d: int) -> str:
     return "n/a" if x is None else f"{x:,.{d}f}"
 
 
-__all__ = ["comparison_line", "verdict_lines", "headline", "latency_concurrency_table", "geometry_rows"]
+__all__ = ["comparison_line", "verdict_lines", "headline", "latency_concurrency_table", "geometry_rows", "bottom_line",
+           "bottom_line_more", "caveat_items", "comparison_summary_table"]

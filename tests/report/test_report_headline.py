@@ -42,9 +42,11 @@ def _headline_html(html: str) -> str:
 
 
 def _caveat_items(html: str) -> list[str]:
+    """The headline's caveats as shown: each short item (the summary of its toggle, or the item itself)."""
     head = _headline_html(html)
-    ul = head[head.index('<ul class="caveats">'): head.index("</ul>", head.index('<ul class="caveats">'))]
-    return [htmllib.unescape(x.split("</li>")[0]) for x in ul.split("<li>")[1:]]
+    ul = head[head.index('<ul class="caveats toggles">'): head.index("</ul>", head.index('<ul class="caveats'))]
+    items = [x.split("</li>")[0] for x in ul.split("<li>")[1:]]
+    return [htmllib.unescape(x.split("<summary>")[1].split("</summary>")[0] if "<summary>" in x else x) for x in items]
 
 
 def _all_caveats_html(html: str) -> str:
@@ -88,8 +90,11 @@ def test_restating_caveats_only_in_the_full_list(page: dict) -> None:
 def test_no_caveat_dropped_or_changed(page: dict) -> None:
     res, html, md = page["res"], page["html"], page["md"]
     full = _all_caveats_html(html)
-    for t in res["caveats"]:
-        assert f"<li>{t}</li>" in full, t
+    for t, k in zip(res["caveats"], res["caveat_kinds"]):
+        # a short item, its full text behind a toggle; or the caveat itself where it is already one short line
+        assert f"<p>{t}</p></details></li>" in full or f"<li>{t}</li>" in full, t
+        if k["short"]:
+            assert f"<li><details><summary>{k['short']}</summary><p>{t}</p></details></li>" in full, t
         assert f"- {t}\n" in md.split("## All caveats", 1)[1], t
     # the one-line forms keep their numbers: each number in a short form is in its full sentence
     import re

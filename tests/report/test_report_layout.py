@@ -94,7 +94,7 @@ def test_figure_before_any_table(page: dict) -> None:
     assert first_fig[3], "the first figure is the headline's"
     # the headline holds the answer figure, the verdicts and the caveats, and nothing tabular
     head = [e for e in ev if e[3]]
-    assert [e[1] for e in head if e[0] == "ul"] == ["verdicts", "caveats"]
+    assert [e[1] for e in head if e[0] == "ul"] == ["verdicts", "caveats toggles"]
     assert not [e for e in head if e[0] == "table"]
     assert "throughput vs concurrency" in [e for e in head if e[0] == "img"][0][1].lower()
 
@@ -110,8 +110,9 @@ def test_markdown_order_too(page: dict) -> None:
 
 def test_appendices_collapsible(page: dict) -> None:
     ev = outline(page["html"])
-    details = [e[1] for e in ev if e[0] == "details"]
-    assert details == ["completeness", "setup", "methods"]
+    details = [e[1] for e in ev if e[0] == "details" and e[1]]  # the appendices (a caveat's toggle has no id)
+    assert details == ["paired-full", "timeseries", "tradeoff", "distributions", "goodput", "trials", "completeness",
+                       "setup", "methods"]
     assert '<details class="appendix" id="setup">' in page["html"] and "<details open" not in page["html"]
     # provenance, resolved settings and pins are inside the collapsed appendix, and nothing comes after them
     html = page["html"]
@@ -119,7 +120,7 @@ def test_appendices_collapsible(page: dict) -> None:
     for caption in ("Environment found", "What the engine resolved", "Pins: requested by the spec"):
         assert html.index(caption) > setup
     last_section = max(i for i, e in enumerate(ev) if e[0] == "section")
-    first_details = min(i for i, e in enumerate(ev) if e[0] == "details")
+    first_details = min(i for i, e in enumerate(ev) if e[0] == "details" and e[1])
     assert last_section < first_details, "appendices come after every open section"
 
 
@@ -142,8 +143,8 @@ def test_true_restart_caveat_names_values(tmp_path: Path) -> None:
 
 def test_new_figures_shown_in_the_time_series_section(page: dict) -> None:
     html = page["html"]
-    sec = html.index('<section id="timeseries">')
-    nxt = html.index("<section", sec + 10)
+    sec = html.index('<details class="appendix" id="timeseries">')
+    nxt = html.index("</details>", sec + 10)
     assert 'alt="timeseries r1-c4"' in html[sec:nxt]
     assert "](../figures/timeseries_r1-c4.png)" in page["md"]
 
@@ -156,15 +157,17 @@ def test_columns_explained(page: dict) -> None:
 
 
 def test_reading_order_after_the_headline(page: dict) -> None:
-    """Headline; then latency against concurrency (its figure before its table), the time series, the
-    throughput-latency curve, the distributions; no table before the latency figure."""
+    """Headline; then per-user against total throughput, latency against concurrency (its figure before its table),
+    the comparisons, throughput per point, every caveat; then the appendices: the comparisons in full, the time
+    series, the throughput-latency curve, the distributions...; no table before the latency figure."""
     ev = outline(page["html"])
     sections = [e[1] for e in ev if e[0] == "section" and e[1] != "headline"]
-    assert sections[:4] == ["latency", "timeseries", "tradeoff", "distributions"]
+    assert sections == ["user-throughput", "latency", "paired", "throughput", "all-caveats"]
     imgs = [e[1] for e in ev if e[0] == "img"]
-    order = [imgs.index(FIGURE_TITLES[n] + "") for n in ("throughput_vs_concurrency", "latency_vs_concurrency",
-                                                         "latency_vs_throughput", "latency_ecdf")]
-    assert order == sorted(order) and order[:2] == [0, 1]
+    order = [imgs.index(FIGURE_TITLES[n] + "") for n in ("throughput_vs_concurrency", "user_vs_total_throughput",
+                                                         "latency_vs_concurrency", "latency_vs_throughput",
+                                                         "latency_ecdf")]
+    assert order == sorted(order) and order[:3] == [0, 1, 2]
     lat_fig = next(i for i, e in enumerate(ev) if e[0] == "img" and e[1] == FIGURE_TITLES["latency_vs_concurrency"])
     first_table = next(i for i, e in enumerate(ev) if e[0] == "table")
     assert lat_fig < first_table

@@ -1,0 +1,72 @@
+"""The report's title line (issue 25): the first declared comparison's verdict with its interval and scope, or
+"Not decided" honestly, in one short line."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from rundir_fixtures import build_run, demo_spec  # noqa: E402
+
+from evidence.analysis.analyze import compute_analysis  # noqa: E402
+from evidence.analysis.load import load_run  # noqa: E402
+from evidence.report.layout import bottom_line, bottom_line_more  # noqa: E402
+
+
+def _res(verdict: str, **c) -> dict:
+    comp = {
+        "name": "C4 vs C16",
+        "a": 4,
+        "b": 16,
+        "verdict": verdict,
+        "effect": 0.071,
+        "ci95": [0.02, 0.125],
+        "scope": "these 3 server starts",
+        "df": 2,
+        "n_units": 3,
+        "family": 1,
+        **c,
+    }
+    return {
+        "completeness": {"run_status": "complete", "missing": [], "with_failures": []},
+        "comparisons": [comp],
+        "points": [],
+    }
+
+
+def test_a_finding_states_its_direction_interval_and_scope() -> None:
+    assert bottom_line(_res("finding")) == (
+        "C4 beats C16 by 7.1% in throughput (95% CI +2.0% to +12.5%; these 3 server starts)."
+    )
+    line = bottom_line(_res("finding", effect=-0.2, ci95=[-0.3, -0.1]))
+    assert line.startswith("C4 trails C16 by 20.0% in throughput (95% CI -30.0% to -10.0%")
+
+
+def test_equivalence_and_undecided_are_said_plainly() -> None:
+    eq = bottom_line(_res("equivalent", effect=0.01, ci95=[-0.03, 0.04], margin=0.05))
+    assert eq == "C4 and C16 equivalent within ±5.0% in throughput (95% CI -3.0% to +4.0%; these 3 server starts)."
+    ns = bottom_line(_res("not significant", effect=0.03, ci95=[-0.02, 0.08]))
+    assert ns == "Not decided: C4 vs C16 throughput +3.0% (95% CI -2.0% to +8.0%; these 3 server starts)."
+    one = bottom_line(_res("no claim", n_units=1, ci95=None))
+    assert one.startswith("Not decided: C4 vs C16 has 1 unit(s)")
+
+
+def test_a_holm_family_gives_the_interval_at_its_level() -> None:
+    r = _res("finding", family=2, ci_adjusted=[0.01, 0.14], ci_adjusted_level=0.975)
+    assert "(97.5% CI +1.0% to +14.0%;" in bottom_line(r)
+
+
+def test_real_runs(tmp_path: Path) -> None:
+    one = compute_analysis(load_run(build_run(tmp_path, run_id="one")))  # C4 vs C16, one server start
+    assert bottom_line(one).startswith("C4 beats C16 by ") and bottom_line(one).endswith("this server start).")
+    assert bottom_line_more(one) == ""
+    cut = compute_analysis(load_run(build_run(tmp_path, run_id="cut", missing=("r3-c16",))))
+    assert bottom_line(cut).startswith("Incomplete run. ")
+    none = compute_analysis(load_run(build_run(tmp_path, run_id="none", spec=demo_spec(comparisons=[]))))
+    assert bottom_line(none).startswith(
+        "Not decided: the spec declares no comparison; highest mean output throughput at C4 ("
+    )
+    two = compute_analysis(load_run(build_run(tmp_path, run_id="two", spec=demo_spec(comparisons=[(4, 16), (1, 4)]))))
+    assert "first of 2 declared comparisons" in bottom_line_more(two)

@@ -159,6 +159,14 @@ def bottom_line(res: dict) -> str:
     a = Analysis.from_dict(res)
     c0 = a.completeness
     lead = "Incomplete run. " if c0.missing or c0.run_status not in ("complete", None) else ""
+    ix = (res.get("arms") or {}).get("interaction")
+    if ix:  # spec.arms: the question is whether an arm changes how the points compare (never the arms pooled)
+        c1 = next((x for x in ix if x["verdict"] == "finding"), ix[0])
+        what = f"{label(c1['a'])}/{label(c1['b'])} throughput, arm {c1['arm_a']} against arm {c1['arm_b']}"
+        iv = _arm_interval(c1)
+        if c1["verdict"] == "finding":
+            return lead + f"The arms change the knee: {what} {pct(c1['effect'], signed=True, d=1)} ({iv})."
+        return lead + f"Not decided: {what} {pct(c1['effect'], signed=True, d=1)} ({iv})."
     if not a.comparisons:
         best = max((p for p in a.points if p.output_throughput.mean is not None),
                    key=lambda p: p.output_throughput.mean or 0.0, default=None)
@@ -184,8 +192,29 @@ def bottom_line(res: dict) -> str:
     return lead + line + "."
 
 
+def _arm_interval(c: dict) -> str:
+    ci, lvl = c.get("ci"), c.get("ci_level") or 0.95
+    iv = (f"{100 * lvl:.4g}% CI {pct(ci[0], signed=True, d=1)} to {pct(ci[1], signed=True, d=1)}"
+          if ci and None not in ci else "no interval")
+    return iv + (f"; {c['scope']}" if c.get("scope") else "")
+
+
+def _within_arm_line(w: dict) -> str:
+    A, B = label(w["a"]), label(w["b"])
+    if w["verdict"] == "finding":
+        return (f"arm {w['arm']}: {A} {'beats' if w['effect'] > 0 else 'trails'} {B} by "
+                f"{pct(abs(w['effect']), d=1)} ({_arm_interval(w)})")
+    if w["verdict"] == "equivalent":
+        return f"arm {w['arm']}: {A} and {B} equivalent within ±{pct(w['margin'], d=1)} ({_arm_interval(w)})"
+    return f"arm {w['arm']}: not decided, {A} vs {B} {pct(w['effect'], signed=True, d=1)} ({_arm_interval(w)})"
+
+
 def bottom_line_more(res: dict) -> str:
-    """What the title's line leaves out: how many of several declared comparisons were decided ("" for one)."""
+    """What the title's line leaves out: how many of several declared comparisons were decided ("" for one); with
+    arms, the declared comparison inside each arm."""
+    within = (res.get("arms") or {}).get("within")
+    if within:
+        return "Inside each arm: " + "; ".join(_within_arm_line(w) for w in within) + "."
     comps = Analysis.from_dict(res).comparisons
     if len(comps) < 2:
         return ""

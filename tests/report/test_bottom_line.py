@@ -70,3 +70,38 @@ def test_real_runs(tmp_path: Path) -> None:
     )
     two = compute_analysis(load_run(build_run(tmp_path, run_id="two", spec=demo_spec(comparisons=[(4, 16), (1, 4)]))))
     assert "first of 2 declared comparisons" in bottom_line_more(two)
+
+
+def _arm_test(verdict: str, effect: float, ci: list[float], **k) -> dict:
+    return {"verdict": verdict, "effect": effect, "ci": ci, "ci_level": 0.95, "a": 128, "b": 256, **k}
+
+
+def test_with_arms_the_line_is_the_interaction_and_the_arms_are_never_pooled() -> None:
+    res = _res("not significant")  # the pooled comparison over both arms: never the title of a run with arms
+    res["arms"] = {
+        "interaction": [
+            _arm_test(
+                "finding",
+                0.423,
+                [0.059, 0.906],
+                arm_a="default",
+                arm_b="chunk512",
+                scope="these 3 blocks of server starts",
+                ci_level=0.9833,
+            ),
+        ],
+        "within": [
+            _arm_test("finding", 0.287, [0.049, 0.571], arm="default", scope="these 3 server starts"),
+            _arm_test("not significant", 0.037, [-0.391, 0.717], arm="a100", scope="these 3 server starts"),
+        ],
+    }
+    assert bottom_line(res) == (
+        "The arms change the knee: C128/C256 throughput, arm default against arm chunk512 +42.3% "
+        "(98.33% CI +5.9% to +90.6%; these 3 blocks of server starts)."
+    )
+    assert bottom_line_more(res) == (
+        "Inside each arm: arm default: C128 beats C256 by 28.7% (95% CI +4.9% to +57.1%; these 3 server starts); "
+        "arm a100: not decided, C128 vs C256 +3.7% (95% CI -39.1% to +71.7%; these 3 server starts)."
+    )
+    res["arms"]["interaction"][0]["verdict"] = "not significant"
+    assert bottom_line(res).startswith("Not decided: C128/C256 throughput, arm default against arm chunk512 +42.3%")

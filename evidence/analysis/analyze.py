@@ -301,6 +301,13 @@ def sequential_record(looks: list[dict], comps: list[dict]) -> dict:
         decisions.append(dec)
         rci = dec["rci"]
         c["sequential"] = dec
+        if dec["verdict"] in ("finding", "not significant", "equivalent") and dec["verdict"] != c.get("verdict"):
+            # the run declared a sequential design: its verdict is the looks' (alpha spent over the looks and split
+            # over the comparisons they decide); the fixed-sample test of the same units is kept beside it
+            c["fixed_sample_verdict"] = c.get("verdict")
+            c["verdict"] = dec["verdict"]
+            c["statement"] = (f"{dec['verdict']} under the declared sequential procedure (--until-decided); the "
+                              f"fixed-sample test of the same units alone: {c['statement']}")
         c["statement"] += (f"; until-decided: {dec['verdict']} at look {dec['decided_at_look']}"
                            + (" (futility)" if dec["stop_reason"] == "futility" else "")
                            + (f", repeated CI {interval_text(rci)}" if isinstance(rci, list) and None not in rci else "")

@@ -105,6 +105,12 @@ def arm_comparisons(data: RunData, rows: dict[str, dict]) -> dict[str, Any] | No
         res["within"] = _within(logs, names, m, pairs)
         res["interaction"] = _interaction(logs, names, blocks, pairs)
         res["within_method"], res["interaction_method"] = WITHIN_METHOD, INTERACTION_METHOD
+        if data.looks:  # the loop's looks decided the pairs of arms only: say what these fixed-sample tests are
+            res["within_note"] = (
+                "the blocks after the planned ones were added by --until-decided, whose looks tested the pairs of "
+                "arms only; the tests inside each arm and of the interaction are fixed-sample tests at the final "
+                "number of blocks, a number the looks' stopping rule chose without them"
+            )
     return res
 
 

@@ -17,7 +17,7 @@ from evidence.analysis.numbers import label
 CAVEAT_KINDS = ("run_status", "missing_trials", "failed_requests", "zero_completed", "unexpected_trials",
                 "plan_mismatch", "single_repeat", "fixed_order", "comparison_verdict", "sign_only",
                 "session_variance", "sessions_same", "dummy_weights", "output_len_mismatch", "prompt_lengths",
-                "pins_drift", "engine_restart_values", "profile_diagnostic", "no_steady_state", "too_short_steady",
+                "pins_drift", "engine_restart_values", "session_split", "profile_diagnostic", "no_steady_state", "too_short_steady",
                 "waves", "regimes", "dominance_verdict", "dominance_repeats", "ordering_repeats")
 
 
@@ -143,6 +143,13 @@ def caveat_entries(data: RunData, res: dict) -> list[dict]:
             f"After an engine restart {len(changed)} resolved setting(s) differ: {first} "
             f"{val(changed[first]['first'])!r} -> {val(changed[first]['this'])!r}"
             + (f" and {len(changed) - 1} more" if len(changed) > 1 else "") + ".")
+    split = {k: v for k, v in sorted(data.session_starts.items()) if len(v) > 1}
+    for k, befores in split.items():  # a resume restarted the engine inside a planned session
+        add("session_split", f"Server start {k} was cut by a resume: its trials ran on {len(befores)} engine starts "
+            f"(started before {', '.join(befores)}). The analysis counts them as the one start the plan made, so a "
+            "comparison inside that start also holds the difference between two starts (and hosts, when the "
+            "resume ran elsewhere).",
+            f"Server start {k} ran on {len(befores)} engine starts (a resume restarted it).")
     if data.profile_files or spec.profile.enabled:
         add("profile_diagnostic", "Profiling is diagnostic only: traces come from a separate, shorter workload under "
             "a profiler, never from the measured trials; their numbers do not reconstruct the throughput tables.",

@@ -9,7 +9,7 @@ from typing import Any
 
 from evidence.records import RequestRecord
 from evidence.spec.model import Spec, spec_from_json
-from evidence.rundir import (ENGINE, LOOKS, META, PLAN_JSON, PROFILE, REQUESTS, RUN_JSON, SPEC_RESOLVED, SUMMARY,
+from evidence.rundir import (ENGINE, EVENTS, LOOKS, META, PLAN_JSON, PROFILE, REQUESTS, RUN_JSON, SPEC_RESOLVED, SUMMARY,
                              TELEMETRY, TRIALS)
 
 
@@ -52,6 +52,9 @@ class RunData:
     profile_files: list[str]
     load_problems: list[str]
     looks: list[dict] = field(default_factory=list)  # looks.jsonl of --until-decided (every look, then the stop)
+    # session -> the trials before which an engine was started for it (events.jsonl session_start): more than one
+    # when a resume restarted the engine in the middle of a session
+    session_starts: dict[int, list[str]] = field(default_factory=dict)
 
     @property
     def run_id(self) -> str:
@@ -136,7 +139,24 @@ def load_run(run_dir: Path) -> RunData:
                     problems.append(f"looks.jsonl line {n} unreadable")
     return RunData(spec, plan, run_info, provenance, [p.relative_to(run_dir).as_posix() for p in prov_files],
                    engine_resolved, [p.relative_to(run_dir).as_posix() for p in res_files], later,
-                   trials, unexpected, profile_files, problems, looks)
+                   trials, unexpected, profile_files, problems, looks, _session_starts(run_dir / EVENTS))
+
+
+def _session_starts(path: Path) -> dict[int, list[str]]:
+    """Per session, the trial before which each of its engine starts happened (unreadable lines are skipped:
+    events are a log, the trials' own files are the record)."""
+    out: dict[int, list[str]] = {}
+    if not path.is_file():
+        return out
+    for line in path.read_text(encoding="utf-8").splitlines():
+        if '"session_start"' not in line:
+            continue
+        try:
+            e = json.loads(line)
+            out.setdefault(int(e["session"]), []).append(str(e.get("before")))
+        except (ValueError, KeyError, TypeError):
+            continue
+    return out
 
 
 def _load_trial(td: TrialData, d: Path) -> None:

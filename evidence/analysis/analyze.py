@@ -58,7 +58,7 @@ from evidence.analysis.timeseries import BATCH, REGIME_D, REGIME_P, TREND_BATCHE
 from evidence.canon import dumps, write_atomic
 from evidence.metrics import METRIC_DOCS, PERCENTILE_METHOD
 from evidence.spec.plan import make_plan
-from evidence.rundir import ANALYSIS
+from evidence.rundir import ANALYSIS, TRACE_ANALYSES_JSON
 
 
 SCHEMA = "evidence.analysis/1"
@@ -368,8 +368,8 @@ def write_extras(run_dir: Path, out: Path, *, profile: Any = ...) -> list[Path]:
     written = []
     prof = profile_of(Path(run_dir), profile)
     if prof is not None:
-        write_atomic(out / "profile.json", dumps(round_floats(prof)))
-        written.append(out / "profile.json")
+        write_atomic(out / TRACE_ANALYSES_JSON, dumps(round_floats(prof)))
+        written.append(out / TRACE_ANALYSES_JSON)
         for name, text in sorted(profile_csvs(prof).items()):
             write_atomic(out / name, text)
             written.append(out / name)

@@ -18,7 +18,7 @@ from typing import Any, Sequence
 
 import pandas as pd
 
-from evidence.analysis.model import Analysis, Comparison, as_analysis
+from evidence.analysis.model import Analysis, Comparison, Steady, as_analysis
 from evidence.analysis.numbers import label
 # the table names (tables.table_names, csv_names) live beside the rows, where naming the files needs no pandas
 from evidence.analysis.tables import CSV_DECIMALS, UNIT_KIND, latency_stats, table_names
@@ -121,14 +121,13 @@ def _trials(a: Analysis, stats: list[str]) -> pd.DataFrame:
     rows = []
     for t in a.trials:
         w = within[t.id]
-        st = w.steady or {}
+        st = w.steady or Steady()
         r = [t.index, t.id, t.repeat, t.point, t.position, t.status, t.requests_planned,
              t.requests, t.completed, t.failed, t.duration_s, t.output_throughput,
              t.request_throughput, t.total_output_tokens, t.output_len_mismatches,
              t.chunk_usage_mismatches, t.prompt_len_nominal_mean, (t.prompt_tokens_server or {}).get("mean"),
-             t.client_cpu_util, t.dispatch_lag_max_s, st.get("throughput"), st.get("start_s"), st.get("end_s"),
-             st.get("steady") if st else None, st.get("trend_rho"), st.get("trend_p"),
-             (w.waves or {}).get("note", "")]
+             t.client_cpu_util, t.dispatch_lag_max_s, st.throughput, st.start_s, st.end_s,
+             st.steady if w.steady else None, st.trend_rho, st.trend_p, (w.waves or {}).get("note", "")]
         for m in REPORTED_METRICS:
             d = t.latency.get(m) or {}
             r += [d.get(s) for s in stats]
@@ -155,12 +154,12 @@ def _points(a: Analysis) -> pd.DataFrame:
     for p in a.points:
         w = wp[p.point]
         tp = p.output_throughput
-        srv = p.prompt_tokens.get("server") or {}
+        srv = p.prompt_tokens.server or {}
         tele = p.telemetry_sustained_mean
         rows.append([p.point, p.repeats_planned, p.repeats_present, p.repeats_measured, tp.mean,
                      tp.std, tp.std_kind, tp.cv, tp.min, tp.max, tp.rel_range,
                      p.request_throughput.mean, p.requests, p.completed, p.failed,
-                     p.output_len_mismatches, p.chunk_usage_mismatches, p.prompt_tokens.get("input_len_nominal"),
+                     p.output_len_mismatches, p.chunk_usage_mismatches, p.prompt_tokens.input_len_nominal,
                      srv.get("min"), srv.get("max"), srv.get("mean"), tele.get("running"), tele.get("waiting"),
                      tele.get("kv_cache_usage"), w.steady_throughput_mean, w.steady_trials, w.wave_trials,
                      (w.regimes or {}).get("note", ""), " ".join(p.missing),
@@ -175,10 +174,10 @@ def _timeseries(a: Analysis) -> pd.DataFrame:
     for w in a.within.trials:
         if w.status != "present" or not w.series.get("t"):
             continue
-        se, st = w.series, w.steady or {}
+        se, st = w.series, w.steady or Steady()
         n = len(se["t"])
         rows += zip([w.trial] * n, se["t"], se["output_tps"], se["in_flight"], se["running"] or [None] * n,
-                    se["waiting"] or [None] * n, [st["start_s"] <= t0 < st["end_s"] for t0 in se["t"]])
+                    se["waiting"] or [None] * n, [st.start_s <= t0 < st.end_s for t0 in se["t"]])  # type: ignore[operator]
     return _frame(h, rows)
 
 
@@ -217,8 +216,8 @@ def _point_latency_intervals(a: Analysis, stats: list[str]) -> pd.DataFrame:
                     rows.append([p.point, m, st, (mean or {}).get(st) if ivs is None else None] + [None] * 6
                                 + [why])
                     continue
-                rows.append([p.point, m, st, iv["value"], iv.get("geometric_mean"), iv["ci_low"], iv["ci_high"],
-                             iv["n"], iv["unit"], iv["level"], iv.get("absent")])
+                rows.append([p.point, m, st, iv.value, iv.geometric_mean, iv.ci_low, iv.ci_high, iv.n, iv.unit,
+                             iv.level, iv.absent])
     return _frame(h, rows)
 
 
@@ -237,13 +236,14 @@ def _comparisons(a: Analysis) -> pd.DataFrame:
     for fam, comps in family:
         for c in comps:
             nz, ci, cj = c.noise, c.ci95 or [None, None], c.ci_adjusted or [None, None]
-            ss = c.sessions or {}
+            ss = c.sessions
             rows.append([c.name, fam, c.a, c.b, c.repeats_planned, c.pairs, c.unit, c.n_units,
                          c.wins_a, c.wins_b, c.ties, c.effect, ci[0], ci[1], c.p_value,
                          c.p_adjusted, cj[0], cj[1], c.ci_adjusted_level, c.mde, c.sign_p, c.perm_p,
                          c.verdict, c.statement, c.mean_diff, c.min_diff, c.max_diff, nz.a_cv,
-                         nz.b_cv, nz.cv_kind, nz.a_rel_range, nz.b_rel_range, ss.get("sessions"),
-                         ss.get("sd_within_log"), ss.get("sd_between_log"), c.test, _flags(c.flags)])
+                         nz.b_cv, nz.cv_kind, nz.a_rel_range, nz.b_rel_range, ss.sessions if ss else None,
+                         ss.sd_within_log if ss else None, ss.sd_between_log if ss else None, c.test,
+                         _flags(c.flags)])
     return _frame(h, rows)
 
 

@@ -15,12 +15,15 @@ from typing import Union
 
 from evidence.analysis.model_rows import (
     Comparison,
+    Interval,
     Noise,
     PairedRepeat,
     Point,
     PointLatency,
+    PromptTokens,
     RepeatValue,
     RequestThroughput,
+    SessionSpread,
     SideBySide,
     Throughput,
     Trial,
@@ -37,6 +40,10 @@ __all__ = [
     "DominancePair",
     "DominancePoint",
     "Goodput",
+    "Interval",
+    "PromptTokens",
+    "SessionSpread",
+    "Steady",
     "GoodputTrial",
     "Look",
     "LookComparison",
@@ -214,12 +221,27 @@ class TelemetryRow(Record):
 
 
 @dataclass(frozen=True)
+class Steady(Record):
+    """A trial's steady-state window (evidence.analysis.timeseries) and its throughput there."""
+
+    start_s: float | None = None
+    end_s: float | None = None
+    steady: bool | None = None
+    throughput: float | None = None
+    trend_rho: float | None = None
+    trend_p: float | None = None
+    note: str | None = None
+    extra: dict = extra_keys()
+    unset: frozenset[str] = unset_keys()
+
+
+@dataclass(frozen=True)
 class WithinTrial(Record):
     trial: str = ""
     status: str = ""
     series: dict = field(default_factory=dict)  # t, output_tps, in_flight, running, waiting per bin
-    steady: dict | None = None
-    waves: dict | None = None
+    steady: Steady | None = None
+    waves: dict | None = None  # note, and the period or modes found
     extra: dict = extra_keys()
     unset: frozenset[str] = unset_keys()
 

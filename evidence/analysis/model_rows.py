@@ -45,12 +45,37 @@ class RequestThroughput(Record):
 
 
 @dataclass(frozen=True)
+class Interval(Record):
+    """The 95% interval of one latency statistic at a point, on ln across repeats or server starts."""
+
+    value: float | None = None  # the mean over repeats
+    geometric_mean: float | None = None  # the interval's centre
+    ci_low: float | None = None
+    ci_high: float | None = None
+    n: int = 0
+    unit: str = ""
+    level: float | None = None
+    absent: str | None = None  # why there is no interval
+    extra: dict = extra_keys()
+    unset: frozenset[str] = unset_keys()
+
+
+@dataclass(frozen=True)
 class PointLatency(Record):
     """One latency metric at a point: each statistic averaged over repeats, pooled, and its 95% intervals."""
 
     mean_over_repeats: dict | None = None  # statistic -> ms, and n_trials
     pooled: dict | None = None  # statistic -> ms, and n
-    intervals: dict[str, dict] | None = None  # statistic -> interval (evidence.analysis.latency)
+    intervals: dict[str, Interval] | None = None  # statistic -> interval (evidence.analysis.latency)
+    extra: dict = extra_keys()
+    unset: frozenset[str] = unset_keys()
+
+
+@dataclass(frozen=True)
+class PromptTokens(Record):
+    input_len_nominal: int | None = None
+    nominal_mean: float | None = None
+    server: dict | None = None  # min, max, mean, total as the server counted them
     extra: dict = extra_keys()
     unset: frozenset[str] = unset_keys()
 
@@ -72,7 +97,7 @@ class Point(Record):
     failed: int | None = None
     output_len_mismatches: int | None = None
     chunk_usage_mismatches: int | None = None
-    prompt_tokens: dict = field(default_factory=dict)  # input_len_nominal, nominal_mean, server (min/max/mean/total)
+    prompt_tokens: PromptTokens = field(default_factory=PromptTokens)
     telemetry_sustained_mean: dict[str, float | None] = field(default_factory=dict)  # gauge -> mean of sustained
     flags: list[str] = field(default_factory=list)
     absent: dict[str, str] = field(default_factory=dict)
@@ -147,6 +172,22 @@ class Noise(Record):
 
 
 @dataclass(frozen=True)
+class SessionSpread(Record):
+    """Within- and between-server-start sd of ln(a/b), when the pairs came from several server starts."""
+
+    sessions: int = 0
+    repeats: int = 0
+    sd_within_log: float | None = None
+    sd_between_log: float | None = None
+    sd_within_log_ci95: list[float] | None = None
+    sd_between_log_ci95: list[float] | None = None
+    f_p: float | None = None
+    note: str | None = None
+    extra: dict = extra_keys()
+    unset: frozenset[str] = unset_keys()
+
+
+@dataclass(frozen=True)
 class SideBySide(Record):
     """One statistic of a declared comparison at both points (output throughput or a latency statistic)."""
 
@@ -201,7 +242,7 @@ class Comparison(Record):
     better: int | None = None
     repeats: list[PairedRepeat] = field(default_factory=list)
     noise: Noise = field(default_factory=Noise)
-    sessions: dict | None = None  # within/between-session spread of ln(a/b) when several sessions
+    sessions: SessionSpread | None = None  # within/between-session spread of ln(a/b) when several sessions
     flags: list[str] = field(default_factory=list)
     df: int | None = None  # the test's degrees of freedom (n_units - 1)
     scope: str = ""  # "this server start", "these N server starts", "these N hosts" ("" in older analyses)

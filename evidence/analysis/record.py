@@ -89,12 +89,19 @@ def _read(tp: Any, v: Any) -> Any:
         return tp.from_dict(v) if isinstance(v, dict) else v
     if origin is list and isinstance(v, list):
         (a,) = typing.get_args(tp) or (Any,)
-        return [_read(a, x) for x in v] if isinstance(a, type) and issubclass(a, Record) else v
+        return [_read(a, x) for x in v] if _holds_record(a) else v
     if origin is dict and isinstance(v, dict):
         args = typing.get_args(tp)
         a = args[1] if len(args) == 2 else Any
-        return {k: _read(a, x) for k, x in v.items()} if isinstance(a, type) and issubclass(a, Record) else v
+        return {k: _read(a, x) for k, x in v.items()} if _holds_record(a) else v
     return v
+
+
+def _holds_record(tp: Any) -> bool:
+    """Whether values of type `tp` are records, or records at some depth (in a list, dict or `X | None`)."""
+    if isinstance(tp, type) and issubclass(tp, Record):
+        return True
+    return any(_holds_record(a) for a in typing.get_args(tp))
 
 
 def _write(v: Any) -> Any:

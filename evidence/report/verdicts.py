@@ -89,16 +89,16 @@ def comparison_tables(res: Analysis | dict) -> list[dict]:
                 )
             )
         if ss:
-            ci_w, ci_b = ss.get("sd_within_log_ci95"), ss.get("sd_between_log_ci95")
+            ci_w, ci_b = ss.sd_within_log_ci95, ss.sd_between_log_ci95
             stats.append(
                 (
                     "server starts: sd of ln(a/b) within / between",
-                    f"{ss['sessions']} sessions: {num(ss['sd_within_log'], 4)}"
+                    f"{ss.sessions} sessions: {num(ss.sd_within_log, 4)}"
                     + (f" ({num(ci_w[0], 4)} to {num(ci_w[1], 4)})" if ci_w else "")
-                    + f" / {num(ss['sd_between_log'], 4)}"
+                    + f" / {num(ss.sd_between_log, 4)}"
                     + (f" ({num(ci_b[0], 4)} to {num(ci_b[1], 4)})" if ci_b else "")
-                    + f" (F-test p {p_text(ss['f_p'])})"
-                    + (f"; {ss['note']}" if ss.get("note") else ""),
+                    + f" (F-test p {p_text(ss.f_p)})"
+                    + (f"; {ss.note}" if ss.note else ""),
                 )
             )
         note = f"{c.statement}. Paired difference = (T_{A} - T_{B}) / T_{B}. Test: {c.test}."

@@ -19,8 +19,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from evidence.analysis.analyze import build_analysis, compute_analysis, write_analysis
 from evidence.analysis.dataframes import csv_tables
 from evidence.analysis.load import load_run
-from evidence.analysis.model import (Analysis, Interval, PairedRepeat, SessionSpread, Steady, Throughput,
-                                     as_analysis)
+from evidence.analysis.model import Analysis, Interval, PairedRepeat, SessionSpread, Steady, Throughput, as_analysis
 from evidence.canon import dumps
 from rundir_fixtures import build_run, demo_spec  # noqa: E402
 
@@ -30,8 +29,13 @@ def _sessions_run(root: Path) -> Path:
     spec = demo_spec(repeats=6, comparisons=[(1, 4), (4, 16)], slos_ms={"ttft": 500})
     spec = spec.model_copy(update={"sweep": spec.sweep.model_copy(update={"sessions": 3})})
     ratio = [1.10, 1.11, 1.20, 1.21, 1.02, 1.03]
-    return build_run(root, spec=spec, run_id="typed", missing=("r2-c16",),
-                     throughput=lambda r, p: {1: 50.0, 4: 100.0 * ratio[r - 1], 16: 100.0}[p])
+    return build_run(
+        root,
+        spec=spec,
+        run_id="typed",
+        missing=("r2-c16",),
+        throughput=lambda r, p: {1: 50.0, 4: 100.0 * ratio[r - 1], 16: 100.0}[p],
+    )
 
 
 def test_analysis_json_is_the_typed_analysis_and_reads_back_exactly(tmp_path: Path) -> None:

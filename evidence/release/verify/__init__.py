@@ -10,7 +10,7 @@ from typing import Any
 
 from evidence.release.archive import safe_extract
 from evidence.release.files import HashProgress
-from evidence.release.progress import Phases
+from evidence.release.phases import Phases
 from evidence.release.regenerator import ENV_MODES
 from evidence.release.layout import BAGIT_TXT, MANIFEST, RELEASE_JSON, REQUIRED_FILES, TAGMANIFEST, ReleaseError
 from evidence.release.verify.context import CheckResult, VerifyContext, VerifyReport

@@ -17,7 +17,7 @@ from evidence.release.files import FileDigest, Inventory, HashProgress, hash_fil
 from evidence.release.layout import (BAG_INFO, DERIVED_ROLES, MANIFEST, PAYLOAD_DIR, RELEASE_JSON, TAG_READ_LIMIT,
                                      TAGMANIFEST, Finding, dig, path_key, payload_path, printable_tree)
 from evidence.release.manifest import ManifestEntry, parse_manifest
-from evidence.release.progress import NoPhases, Phases
+from evidence.release.phases import NoPhases, Phases
 from evidence.release.regen import run_regeneration
 from evidence.release.regenerator import UNVERIFIED_FLAG, RegenEnv, resolve
 

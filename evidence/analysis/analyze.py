@@ -48,10 +48,11 @@ from evidence.analysis.bottleneck import bottleneck_reading
 from evidence.analysis.caveats import caveats
 from evidence.analysis.findings import comparison_family, dominance, ordering, side_by_side
 from evidence.analysis.goodput import goodput
-from evidence.analysis.latency import attach_intervals
+from evidence.analysis.latency import METHOD as LATENCY_INTERVALS, attach_intervals
 from evidence.analysis.load import RunData, TrialData, load_run
-from evidence.analysis.model import (Analysis, Completeness, RunInfo, RunScope, Setup, SpecInfo, VarianceComponents,
-                                     VariancePoint, as_analysis)
+from evidence.analysis.model import (Analysis, Arms, Comparison, Completeness, Dominance, Goodput, Ordering, Point,
+                                     RunInfo, RunScope, Sequential, Setup, SpecInfo, TelemetryRow, Trial,
+                                     VarianceComponents, VariancePoint, Within, WithinPoint, WithinTrial, as_analysis)
 from evidence.analysis.numbers import JSON_DECIMALS, interval_text, mean_of, round_floats
 from evidence.analysis.stats import components_of, scope_note_of, scope_of
 from evidence.analysis.tables import CSV_DECIMALS, csv_names, point_row, trial_row
@@ -168,8 +169,8 @@ def build_analysis(data: RunData) -> Analysis:
 
     The sections computed here (run, spec, completeness, setup, scope, variance components) are built as
     their records; the rows of the other stages (evidence.analysis.tables, findings, telemetry, goodput...)
-    are dicts that later steps amend in place (latency intervals, the sequential decisions' sentences, the
-    caveats read them all), and are typed once complete."""
+    are dicts that later steps amend in place (latency intervals, the sequential decisions' sentences), typed
+    once complete. The caveats read the typed analysis."""
     spec = data.spec
     # Rows are rounded first (JSON_DECIMALS) so that every later comparison (ties in dominance, '=' in
     # the ordering, paired differences) sees exactly the numbers analysis.json publishes.
@@ -235,42 +236,43 @@ def build_analysis(data: RunData) -> Analysis:
         cv=spec.analysis.cv, slos_ms=dict(sorted(spec.analysis.slos_ms.items())),
         input_len=spec.workload.input_len, output_len=spec.workload.output_len,
     )
-    # the stages below read and amend one dict (evidence.analysis.caveats reads every section)
-    res: dict[str, Any] = {
-        "schema": SCHEMA,
-        "run": run.to_dict(),
-        "spec": spec_info.to_dict(),
-        "methods": {**METHODS, "metric_definitions": dict(sorted(METRIC_DOCS.items())),
-                    "percentile_method": PERCENTILE_METHOD, "csv_decimals": CSV_DECIMALS},
-        "completeness": completeness.to_dict(),
-        "trials": [rows[t.id] for t in sorted(data.trials, key=lambda t: t.index)],
-        "points": points_l,
-        "comparisons": comps,
-        "adjacent": adj,
-        "dominance": dominance(points_l, trials_by, rows, spec),
-        "telemetry": telemetry,
-        "within": {"bin_s": SERIES_BIN_S, "trials": within, "points": within_points},
-        "goodput": goodput(data, rows, spec),
-        "setup": _setup(data).to_dict(),
-    }
-    res["variance_components"] = variance_table(points_l, rows).to_dict()
-    arms = arm_comparisons(data, rows)
-    if arms is not None:  # only a spec with arms gets the key: other analyses keep their bytes
-        res["arms"] = arms
-    if data.looks:
-        res["sequential"] = sequential_record(data.looks, comps + (arms["comparisons"] if arms else []))
-    res["scope"] = run_scope(data).to_dict()
-    attach_intervals(res, rows)  # points[i].latency[m]["intervals"]: 95% interval on ln across repeats (or sessions)
-    res["ordering"] = ordering(points_l, trials_by, rows, adj, spec)
-    res["caveats"] = caveats(data, res)
+    methods = {**METHODS, "metric_definitions": dict(sorted(METRIC_DOCS.items())),
+               "percentile_method": PERCENTILE_METHOD, "csv_decimals": CSV_DECIMALS,
+               "latency_intervals": LATENCY_INTERVALS}
+    dom = dominance(points_l, trials_by, rows, spec)
+    arms = arm_comparisons(data, rows)  # None without spec.arms: other analyses have no "arms" key
+    # --until-decided: its decisions, and each decided comparison's sentence extended with its decision
+    seq = sequential_record(data.looks, comps + (arms["comparisons"] if arms else [])) if data.looks else None
+    attach_intervals(points_l, rows, spec_info.percentiles)  # 95% interval on ln across repeats (or sessions)
     neck = bottleneck_reading(data)  # None without host telemetry: older runs' analysis.json stays as it was
+    analysis = Analysis(
+        schema=SCHEMA, run=run, spec=spec_info, methods=methods, completeness=completeness,
+        trials=[Trial.from_dict(rows[t.id]) for t in sorted(data.trials, key=lambda t: t.index)],
+        points=[Point.from_dict(p) for p in points_l],
+        comparisons=[Comparison.from_dict(c) for c in comps],
+        adjacent=[Comparison.from_dict(c) for c in adj],
+        dominance=Dominance.from_dict(dom),
+        telemetry=[TelemetryRow.from_dict(x) for x in telemetry],
+        within=Within(bin_s=SERIES_BIN_S, trials=[WithinTrial.from_dict(w) for w in within],
+                      points=[WithinPoint.from_dict(w) for w in within_points]),
+        goodput=Goodput.from_dict(goodput(data, rows, spec)),
+        setup=_setup(data),
+        variance_components=variance_table(points_l, rows),
+        arms=Arms.from_dict(arms) if arms is not None else None,
+        sequential=Sequential.from_dict(seq) if seq is not None else None,
+        scope=run_scope(data),
+        ordering=Ordering.from_dict(ordering(points_l, trials_by, rows, adj, spec)),
+        bottleneck=neck,
+    )
+    texts, kinds = caveats(data, analysis)
     if neck is not None:
-        res["bottleneck"] = neck
         # a declared comparison whose sides read differently, or whose host changed speed, carries it as a caveat
-        res["caveats"] += [f"Comparison {c['a']} vs {c['b']}: {n}." for c in neck["comparisons"]
-                           if c["kind"] == "comparison" for n in c["notes"]]
-    analysis = Analysis.from_dict(round_floats(res))
-    # the CSVs write_analysis writes, named without formatting them
+        texts += [f"Comparison {c['a']} vs {c['b']}: {n}." for c in neck["comparisons"]
+                  if c["kind"] == "comparison" for n in c["notes"]]
+    analysis = dataclasses.replace(analysis, caveats=texts, caveat_kinds=kinds)
+    # every number as analysis.json holds it (JSON_DECIMALS), then the CSVs write_analysis writes, named
+    # without formatting them
+    analysis = Analysis.from_dict(round_floats(analysis.to_dict()))
     return dataclasses.replace(analysis, files=["analysis.json"] + csv_names(analysis), unset=analysis.unset - {"files"})
 
 

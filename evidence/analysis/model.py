@@ -178,6 +178,7 @@ class DominancePoint(Record):
 class DominancePair(Record):
     dominant: int = 0
     dominated: int = 0
+    statement: str = ""
     held_in_repeats: int = 0
     repeats_planned: int = 0
     verdict: str = ""
@@ -230,6 +231,7 @@ class Steady(Record):
     throughput: float | None = None
     trend_rho: float | None = None
     trend_p: float | None = None
+    needed_s: float | None = None  # the trial length a steady state would need (None: no drift found)
     note: str | None = None
     extra: dict = extra_keys()
     unset: frozenset[str] = unset_keys()

@@ -66,7 +66,11 @@ REQUESTS = "requests.jsonl"
 TELEMETRY = "telemetry.jsonl"
 META = "meta.json"
 SUMMARY = "summary.json"  # written last: its presence marks a complete trial
-PROFILE_JSON = "profile.json"
+PROFILE_JSON = "profile.json"  # raw: profile/profile.json, what the profiler recorded (tool, settings, files)
+# derived: analysis/profile.json, the trace analyses of those files. The same file name as the raw one: both
+# are named in committed releases' manifests and read back by their frozen regenerators, so renaming either
+# would break verifying them; in code the two are told apart by these two constants.
+TRACE_ANALYSES_JSON = "profile.json"
 
 RAW_FILES = (RUN_JSON, SPEC_YAML, SPEC_RESOLVED, PLAN_JSON)
 DERIVED_DIRS = (ANALYSIS, FIGURES, REPORT)

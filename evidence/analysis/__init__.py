@@ -2,8 +2,8 @@
 
 Rooms: load (raw files -> RunData), tables (trial and point rows), dataframes (every table as a
 pandas DataFrame, and the CSV writer), findings (paired comparisons, dominance, ordering),
-telemetry, goodput, caveats, analyze (the whole pass and analysis.json), model (a typed reading of
-analysis.json), compare (two runs), anchor.
+telemetry, goodput, caveats, analyze (the whole pass: build_analysis, and analysis.json written from it),
+model and model_rows (the typed analysis, on record's exact dict round trip), compare (two runs), anchor.
 
 `evidence.analysis.analyze_run` is named in published release.json files; it stays importable here.
 `frames(res)` gives the tables of an analysis (computed, or analysis.json read back) as DataFrames.

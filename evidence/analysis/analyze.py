@@ -37,6 +37,7 @@ value that could not be measured; the row's flags/absent column says why.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from pathlib import Path
@@ -47,8 +48,11 @@ from evidence.analysis.bottleneck import bottleneck_reading
 from evidence.analysis.caveats import caveats
 from evidence.analysis.findings import comparison_family, dominance, ordering, side_by_side
 from evidence.analysis.goodput import goodput
-from evidence.analysis.latency import attach_intervals
+from evidence.analysis.latency import METHOD as LATENCY_INTERVALS, attach_intervals
 from evidence.analysis.load import RunData, TrialData, load_run
+from evidence.analysis.model import (Analysis, Arms, Comparison, Completeness, Dominance, Goodput, Ordering, Point,
+                                     RunInfo, RunScope, Sequential, Setup, SpecInfo, TelemetryRow, Trial,
+                                     VarianceComponents, VariancePoint, Within, WithinPoint, WithinTrial, as_analysis)
 from evidence.analysis.numbers import JSON_DECIMALS, interval_text, mean_of, round_floats
 from evidence.analysis.stats import components_of, scope_note_of, scope_of
 from evidence.analysis.tables import CSV_DECIMALS, csv_names, point_row, trial_row
@@ -58,7 +62,7 @@ from evidence.analysis.timeseries import BATCH, REGIME_D, REGIME_P, TREND_BATCHE
 from evidence.canon import dumps, write_atomic
 from evidence.metrics import METRIC_DOCS, PERCENTILE_METHOD
 from evidence.spec.plan import make_plan
-from evidence.rundir import ANALYSIS
+from evidence.rundir import ANALYSIS, TRACE_ANALYSES_JSON
 
 
 SCHEMA = "evidence.analysis/1"
@@ -143,7 +147,7 @@ METHODS = {
 }
 
 
-def _setup(data: RunData) -> dict:
+def _setup(data: RunData) -> Setup:
     prov = data.provenance or {}
     pins = prov.get("pins") if isinstance(prov.get("pins"), list) else []
     later_diff = []
@@ -153,18 +157,23 @@ def _setup(data: RunData) -> dict:
             if base.get(k) != other.get(k):
                 later_diff.append({"file": data.engine_resolved_files[i - 1], "name": k,
                                    "first": base.get(k), "this": other.get(k)})
-    return {
-        "engine_resolved": data.engine_resolved,
-        "engine_resolved_files": data.engine_resolved_files,
-        "engine_resolved_changes": later_diff,
-        "pins": pins,
-        "provenance_files": data.provenance_files,
-        "profile_files": data.profile_files,
-    }
+    return Setup(engine_resolved=data.engine_resolved, engine_resolved_files=data.engine_resolved_files,
+                 engine_resolved_changes=later_diff, pins=pins, provenance_files=data.provenance_files,
+                 profile_files=data.profile_files)
 
 
 def compute_analysis(data: RunData) -> dict:
-    """Everything analysis.json holds, from loaded raw data (no I/O)."""
+    """Everything analysis.json holds, from loaded raw data (no I/O), as the dict it is written from."""
+    return build_analysis(data).to_dict()
+
+
+def build_analysis(data: RunData) -> Analysis:
+    """The typed analysis of loaded raw data (no I/O): analysis.json is `to_dict()` of it.
+
+    The sections computed here (run, spec, completeness, setup, scope, variance components) are built as
+    their records; the rows of the other stages (evidence.analysis.tables, findings, telemetry, goodput...)
+    are dicts that later steps amend in place (latency intervals, the sequential decisions' sentences), typed
+    once complete. The caveats read the typed analysis."""
     spec = data.spec
     # Rows are rounded first (JSON_DECIMALS) so that every later comparison (ties in dominance, '=' in
     # the ordering, paired differences) sees exactly the numbers analysis.json publishes.
@@ -208,64 +217,69 @@ def compute_analysis(data: RunData) -> dict:
         plan_ok = expect == got
     except Exception:
         plan_ok = False
-    completeness = {
-        "trials_planned": len(data.trials),
-        "trials_present": sum(1 for t in data.trials if t.present),
-        "missing": [t.id for t in data.trials if not t.present],
-        "with_failures": [t.id for t in data.trials if t.present and rows[t.id]["failed"]],
-        "zero_completed": [t.id for t in data.trials if t.present and rows[t.id]["completed"] == 0],
-        "unexpected_trials": data.unexpected_trials,
-        "plan_matches_spec": plan_ok,
-        "run_status": (data.run_info or {}).get("status"),
-        "load_problems": data.load_problems,
-    }
+    completeness = Completeness(
+        trials_planned=len(data.trials),
+        trials_present=sum(1 for t in data.trials if t.present),
+        missing=[t.id for t in data.trials if not t.present],
+        with_failures=[t.id for t in data.trials if t.present and rows[t.id]["failed"]],
+        zero_completed=[t.id for t in data.trials if t.present and rows[t.id]["completed"] == 0],
+        unexpected_trials=data.unexpected_trials,
+        plan_matches_spec=plan_ok,
+        run_status=(data.run_info or {}).get("status"),
+        load_problems=data.load_problems,
+    )
     ri = data.run_info or {}
-    res: dict[str, Any] = {
-        "schema": SCHEMA,
-        "run": {k: ri.get(k) for k in ("run_id", "spec_name", "spec_sha256", "status", "created_unix")},
-        "spec": {
-            "name": spec.name, "title": spec.title, "points": list(spec.sweep.points), "repeats": repeats,
-            "order": spec.sweep.order, "plan_note": data.plan.get("note"),
-            "comparisons": [{"a": c.a, "b": c.b} for c in spec.analysis.comparisons],
-            "latency_metrics": list(spec.analysis.latency_metrics), "percentiles": list(spec.analysis.percentiles),
-            "cv": spec.analysis.cv, "slos_ms": dict(sorted(spec.analysis.slos_ms.items())),
-            "input_len": spec.workload.input_len, "output_len": spec.workload.output_len,
-        },
-        "methods": {**METHODS, "metric_definitions": dict(sorted(METRIC_DOCS.items())),
-                    "percentile_method": PERCENTILE_METHOD, "csv_decimals": CSV_DECIMALS},
-        "completeness": completeness,
-        "trials": [rows[t.id] for t in sorted(data.trials, key=lambda t: t.index)],
-        "points": points_l,
-        "comparisons": comps,
-        "adjacent": adj,
-        "dominance": dominance(points_l, trials_by, rows, spec),
-        "telemetry": telemetry,
-        "within": {"bin_s": SERIES_BIN_S, "trials": within, "points": within_points},
-        "goodput": goodput(data, rows, spec),
-        "setup": _setup(data),
-    }
-    res["variance_components"] = variance_table(points_l, rows)
-    arms = arm_comparisons(data, rows)
-    if arms is not None:  # only a spec with arms gets the key: other analyses keep their bytes
-        res["arms"] = arms
-    if data.looks:
-        res["sequential"] = sequential_record(data.looks, comps + (arms["comparisons"] if arms else []))
-    res["scope"] = run_scope(data)
-    attach_intervals(res, rows)  # points[i].latency[m]["intervals"]: 95% interval on ln across repeats (or sessions)
-    res["ordering"] = ordering(points_l, trials_by, rows, adj, spec)
-    res["caveats"] = caveats(data, res)
+    run = RunInfo(run_id=ri.get("run_id"), spec_name=ri.get("spec_name"), spec_sha256=ri.get("spec_sha256"),
+                  status=ri.get("status"), created_unix=ri.get("created_unix"))
+    spec_info = SpecInfo(
+        name=spec.name, title=spec.title, points=list(spec.sweep.points), repeats=repeats,
+        order=spec.sweep.order, plan_note=data.plan.get("note"),
+        comparisons=[{"a": c.a, "b": c.b} for c in spec.analysis.comparisons],
+        latency_metrics=list(spec.analysis.latency_metrics), percentiles=list(spec.analysis.percentiles),
+        cv=spec.analysis.cv, slos_ms=dict(sorted(spec.analysis.slos_ms.items())),
+        input_len=spec.workload.input_len, output_len=spec.workload.output_len,
+    )
+    methods = {**METHODS, "metric_definitions": dict(sorted(METRIC_DOCS.items())),
+               "percentile_method": PERCENTILE_METHOD, "csv_decimals": CSV_DECIMALS,
+               "latency_intervals": LATENCY_INTERVALS}
+    dom = dominance(points_l, trials_by, rows, spec)
+    arms = arm_comparisons(data, rows)  # None without spec.arms: other analyses have no "arms" key
+    # --until-decided: its decisions, and each decided comparison's sentence extended with its decision
+    seq = sequential_record(data.looks, comps + (arms["comparisons"] if arms else [])) if data.looks else None
+    attach_intervals(points_l, rows, spec_info.percentiles)  # 95% interval on ln across repeats (or sessions)
     neck = bottleneck_reading(data)  # None without host telemetry: older runs' analysis.json stays as it was
+    analysis = Analysis(
+        schema=SCHEMA, run=run, spec=spec_info, methods=methods, completeness=completeness,
+        trials=[Trial.from_dict(rows[t.id]) for t in sorted(data.trials, key=lambda t: t.index)],
+        points=[Point.from_dict(p) for p in points_l],
+        comparisons=[Comparison.from_dict(c) for c in comps],
+        adjacent=[Comparison.from_dict(c) for c in adj],
+        dominance=Dominance.from_dict(dom),
+        telemetry=[TelemetryRow.from_dict(x) for x in telemetry],
+        within=Within(bin_s=SERIES_BIN_S, trials=[WithinTrial.from_dict(w) for w in within],
+                      points=[WithinPoint.from_dict(w) for w in within_points]),
+        goodput=Goodput.from_dict(goodput(data, rows, spec)),
+        setup=_setup(data),
+        variance_components=variance_table(points_l, rows),
+        arms=Arms.from_dict(arms) if arms is not None else None,
+        sequential=Sequential.from_dict(seq) if seq is not None else None,
+        scope=run_scope(data),
+        ordering=Ordering.from_dict(ordering(points_l, trials_by, rows, adj, spec)),
+        bottleneck=neck,
+    )
+    texts, kinds = caveats(data, analysis)
     if neck is not None:
-        res["bottleneck"] = neck
         # a declared comparison whose sides read differently, or whose host changed speed, carries it as a caveat
-        res["caveats"] += [f"Comparison {c['a']} vs {c['b']}: {n}." for c in neck["comparisons"]
-                           if c["kind"] == "comparison" for n in c["notes"]]
-    res = round_floats(res)
-    res["files"] = ["analysis.json"] + csv_names(res)  # the CSVs write_analysis writes, named without formatting them
-    return res
+        texts += [f"Comparison {c['a']} vs {c['b']}: {n}." for c in neck["comparisons"]
+                  if c["kind"] == "comparison" for n in c["notes"]]
+    analysis = dataclasses.replace(analysis, caveats=texts, caveat_kinds=kinds)
+    # every number as analysis.json holds it (JSON_DECIMALS), then the CSVs write_analysis writes, named
+    # without formatting them
+    analysis = Analysis.from_dict(round_floats(analysis.to_dict()))
+    return dataclasses.replace(analysis, files=["analysis.json"] + csv_names(analysis), unset=analysis.unset - {"files"})
 
 
-def variance_table(points: list[dict], rows: dict[str, dict]) -> dict:
+def variance_table(points: list[dict], rows: dict[str, dict]) -> VarianceComponents:
     """Per point, the between- and within-server-start sd of ln(output throughput) with 95% intervals."""
     out = []
     for p in points:
@@ -273,8 +287,8 @@ def variance_table(points: list[dict], rows: dict[str, dict]) -> dict:
                 and isinstance(rows[t]["output_throughput"], (int, float)) and rows[t]["output_throughput"] > 0]
         x = [math.log(r["output_throughput"]) for r in have]
         sess = [int(r.get("session") or 1) for r in have]
-        out.append({"point": p["point"], **components_of(x, sess)})
-    return {"metric": "output_throughput", "scale": "ln", "level": 0.95, "method": VC_METHOD, "points": out}
+        out.append(VariancePoint.from_dict({"point": p["point"], **components_of(x, sess)}))
+    return VarianceComponents(metric="output_throughput", scale="ln", level=0.95, method=VC_METHOD, points=out)
 
 
 def sequential_record(looks: list[dict], comps: list[dict]) -> dict:
@@ -324,47 +338,49 @@ def sequential_record(looks: list[dict], comps: list[dict]) -> dict:
             "stop": stop, "rule": (stop or {}).get("rule"), "decisions": decisions}
 
 
-def run_scope(data: RunData) -> dict:
+def run_scope(data: RunData) -> RunScope:
     """What this run's verdicts can be about, from its design (the server starts its present trials came from)."""
     starts = sorted({int(t.session or 1) for t in data.trials if t.present})
     k = len(starts)
-    return {"server_starts": k, "scope": scope_of("session" if k > 1 else "repeat", k, k),
-            "claim_note": scope_note_of("session" if k > 1 else "repeat", k, k)}
+    return RunScope(server_starts=k, scope=scope_of("session" if k > 1 else "repeat", k, k),
+                    claim_note=scope_note_of("session" if k > 1 else "repeat", k, k))
 
 
 def default_out_dir(run_dir: Path) -> Path:
     return Path(run_dir) / ANALYSIS
 
 
-def write_analysis(res: dict, out_dir: Path) -> list[Path]:
-    """analysis.json (canonical JSON) and every table's CSV, written from its DataFrame (evidence.analysis.dataframes)."""
+def write_analysis(res: Analysis | dict, out_dir: Path) -> list[Path]:
+    """analysis.json (canonical JSON of the analysis' dict) and every table's CSV, written from its DataFrame
+    (evidence.analysis.dataframes)."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     from evidence.analysis.dataframes import csv_tables  # pandas, only where tables are written
 
-    tables = csv_tables(res)
+    analysis = as_analysis(res)
+    tables = csv_tables(analysis)
     written = []
     for name in sorted(tables):
         write_atomic(out_dir / name, tables[name])
         written.append(out_dir / name)
-    write_atomic(out_dir / "analysis.json", dumps(res))
+    write_atomic(out_dir / "analysis.json", dumps(analysis.to_dict()))
     written.insert(0, out_dir / "analysis.json")
     return written
 
 
 def analyze_run(run_dir: Path, out_dir: Path | None = None) -> dict:
-    """Read the raw run, compute every table, write analysis.json and the CSVs; return the analysis.
+    """Read the raw run, compute every table, write analysis.json and the CSVs; return the analysis' dict.
 
     Beside them, when the run has them: profile.json + profile_*.csv (the diagnostic trace
     analyses, evidence.traces.profile) and anchor.json (our client against an interleaved
     anchor client, evidence.analysis.anchor). Each is a pure function of the raw files.
     """
     data = load_run(Path(run_dir))
-    res = compute_analysis(data)
+    analysis = build_analysis(data)
     out = Path(out_dir if out_dir is not None else default_out_dir(run_dir))
-    write_analysis(res, out)
+    write_analysis(analysis, out)
     write_extras(Path(run_dir), out)
-    return res
+    return analysis.to_dict()
 
 
 def write_extras(run_dir: Path, out: Path, *, profile: Any = ...) -> list[Path]:
@@ -378,8 +394,8 @@ def write_extras(run_dir: Path, out: Path, *, profile: Any = ...) -> list[Path]:
     written = []
     prof = profile_of(Path(run_dir), profile)
     if prof is not None:
-        write_atomic(out / "profile.json", dumps(round_floats(prof)))
-        written.append(out / "profile.json")
+        write_atomic(out / TRACE_ANALYSES_JSON, dumps(round_floats(prof)))
+        written.append(out / TRACE_ANALYSES_JSON)
         for name, text in sorted(profile_csvs(prof).items()):
             write_atomic(out / name, text)
             written.append(out / name)

@@ -1,7 +1,7 @@
 """The caveats: plain sentences about what limits the reading of a run.
 
-`caveats(data, res)` returns the sentences (analysis.json "caveats") and records beside them, in
-res["caveat_kinds"], one {kind, about, short} per sentence in the same order: what the caveat is about
+`caveats(data, analysis)` returns the sentences (analysis.json "caveats") and, beside them ("caveat_kinds"),
+one {kind, about, short} per sentence in the same order: what the caveat is about
 (a kind from CAVEAT_KINDS; `about` names the comparison, dominance pair or point it concerns, else null) and,
 where the sentence is long, a one-line form with the same numbers. A report selects and orders caveats by
 these fields, never by parsing the sentences.
@@ -10,6 +10,7 @@ these fields, never by parsing the sentences.
 from __future__ import annotations
 
 from evidence.analysis.load import RunData
+from evidence.analysis.model import Analysis, DominancePair, Steady
 from evidence.analysis.numbers import label
 
 # Every kind a caveat can have. A kind that restates a verdict line (comparison_verdict, dominance_verdict,
@@ -29,18 +30,20 @@ def _names(xs: list[str], k: int = 3) -> str:
     return ", ".join(xs[:k]) + (f" and {len(xs) - k} more" if len(xs) > k else "")
 
 
-def pair_about(d: dict) -> str:
+def pair_about(d: DominancePair | dict) -> str:
     """The `about` of a dominance pair's caveats (analysis dominance.pairs[]): "C128 over C256"."""
+    if isinstance(d, DominancePair):
+        return f"{label(d.dominant)} over {label(d.dominated)}"
     return f"{label(d['dominant'])} over {label(d['dominated'])}"
 
 
-def caveats(data: RunData, res: dict) -> list[str]:
+def caveats(data: RunData, res: Analysis) -> tuple[list[str], list[dict]]:
+    """The sentences, and their {kind, about, short} in the same order (analysis.json caveats, caveat_kinds)."""
     entries = caveat_entries(data, res)
-    res["caveat_kinds"] = [{"kind": e["kind"], "about": e["about"], "short": e["short"]} for e in entries]
-    return [e["text"] for e in entries]
+    return [e["text"] for e in entries], [{"kind": e["kind"], "about": e["about"], "short": e["short"]} for e in entries]
 
 
-def caveat_entries(data: RunData, res: dict) -> list[dict]:
+def caveat_entries(data: RunData, res: Analysis) -> list[dict]:
     """Each caveat as {kind, about, text, short}; short is None where the text is already one short line."""
     spec = data.spec
     out: list[dict] = []
@@ -52,25 +55,25 @@ def caveat_entries(data: RunData, res: dict) -> list[dict]:
     if status != "complete":
         add("run_status", f"The run's status is {status!r}, not 'complete'." if status
             else "The run's status is unknown (no run.json).")
-    comp = res["completeness"]
-    if comp["missing"]:
-        add("missing_trials", f"{len(comp['missing'])} planned trial(s) are missing: {', '.join(comp['missing'])}; "
+    comp = res.completeness
+    if comp.missing:
+        add("missing_trials", f"{len(comp.missing)} planned trial(s) are missing: {', '.join(comp.missing)}; "
             "every table they affect says so and the affected means use fewer repeats.",
-            f"{len(comp['missing'])} planned trial(s) missing: {_names(comp['missing'])}.")
-    if comp["with_failures"]:
-        add("failed_requests", "Trials with failed requests: " + ", ".join(comp["with_failures"]) + "; their "
+            f"{len(comp.missing)} planned trial(s) missing: {_names(comp.missing)}.")
+    if comp.with_failures:
+        add("failed_requests", "Trials with failed requests: " + ", ".join(comp.with_failures) + "; their "
             "throughput counts only completed requests and is flagged wherever it is used.",
-            f"Failed requests in {_names(comp['with_failures'])}: their throughput counts completed requests only.")
-    if comp["zero_completed"]:
+            f"Failed requests in {_names(comp.with_failures)}: their throughput counts completed requests only.")
+    if comp.zero_completed:
         add("zero_completed", "Trials with no completed request (no throughput): "
-            + ", ".join(comp["zero_completed"]) + ".",
-            f"No completed request (no throughput) in {_names(comp['zero_completed'])}."
-            if len(comp["zero_completed"]) > 3 else None)
-    if comp["unexpected_trials"]:
-        add("unexpected_trials", "Trial folders not in the plan were ignored: " + ", ".join(comp["unexpected_trials"])
-            + ".", f"Trial folders not in the plan were ignored: {_names(comp['unexpected_trials'])}."
-            if len(comp["unexpected_trials"]) > 3 else None)
-    if not comp["plan_matches_spec"]:
+            + ", ".join(comp.zero_completed) + ".",
+            f"No completed request (no throughput) in {_names(comp.zero_completed)}."
+            if len(comp.zero_completed) > 3 else None)
+    if comp.unexpected_trials:
+        add("unexpected_trials", "Trial folders not in the plan were ignored: " + ", ".join(comp.unexpected_trials)
+            + ".", f"Trial folders not in the plan were ignored: {_names(comp.unexpected_trials)}."
+            if len(comp.unexpected_trials) > 3 else None)
+    if not comp.plan_matches_spec:
         add("plan_mismatch", "plan.json differs from the plan the spec gives (make_plan); the recorded plan was used.")
     if spec.sweep.repeats == 1:
         add("single_repeat", "Single repeat: the noise between repeats is unknown, so no comparison can be decided "
@@ -79,46 +82,46 @@ def caveat_entries(data: RunData, res: dict) -> list[dict]:
         add("fixed_order", "Fixed point order in every repeat: position effects (warm-up, thermal, caches) are "
             "confounded with the concurrency point.",
             "Fixed point order: position effects are confounded with the concurrency point.")
-    for c in res["comparisons"]:
-        if c["verdict"] != "finding":
-            ci = c.get("ci95")
-            short = (f"{c['name']}: {c['verdict']} ({_pct(c['effect'])}, 95% CI {_pct(ci[0])} to {_pct(ci[1])}"
-                     + (f"; smallest detectable {abs(c['mde']) * 100:.1f}%" if c.get("mde") is not None else "")
-                     + ")." if isinstance(ci, list) and None not in ci and c.get("effect") is not None else None)
-            add("comparison_verdict", c["statement"][0].upper() + c["statement"][1:] + ".", short, c["name"])
-        elif c.get("sign_note"):
-            add("sign_only", f"{c['name']}: a finding by the t interval only; {c['sign_note']}.", about=c["name"])
-    for c in res["comparisons"]:
-        ss = c.get("sessions")
+    for c in res.comparisons:
+        if c.verdict != "finding":
+            ci = c.ci95
+            short = (f"{c.name}: {c.verdict} ({_pct(c.effect)}, 95% CI {_pct(ci[0])} to {_pct(ci[1])}"  # type: ignore[arg-type]
+                     + (f"; smallest detectable {abs(c.mde) * 100:.1f}%" if c.mde is not None else "")
+                     + ")." if isinstance(ci, list) and None not in ci and c.effect is not None else None)
+            add("comparison_verdict", c.statement[0].upper() + c.statement[1:] + ".", short, c.name)
+        elif c.sign_note:
+            add("sign_only", f"{c.name}: a finding by the t interval only; {c.sign_note}.", about=c.name)
+    for c in res.comparisons:
+        ss = c.sessions
         if ss:
             # the unit is the server start whatever the F-test says (fixed by the design); the kind says which
-            differ = ss["f_p"] is not None and ss["f_p"] < 0.05
+            differ = ss.f_p is not None and ss.f_p < 0.05
             add("session_variance" if differ else "sessions_same",
-                f"{c['name']}: the repeats ran in {ss['sessions']} server starts (engine sessions); sd of ln(a/b) "
-                f"within a start {ss['sd_within_log']:.4f}, between starts {ss['sd_between_log']:.4f} (F-test p "
-                f"{ss['f_p']:.3g}); the test's unit is the {'server start' if c['unit'] == 'session' else c['unit']} "
-                f"(n = {c['n_units']}), fixed by the design.",
-                (f"{c['name']}: the {ss['sessions']} server starts differ (F-test p {ss['f_p']:.3g}); the test's "
-                 f"unit is the server start (n = {c['n_units']})." if differ else
-                 f"{c['name']}: {ss['sessions']} server starts, no difference between them shown (F-test p "
-                 f"{ss['f_p']:.3g}); the unit is still the server start (n = {c['n_units']})."), c["name"])
+                f"{c.name}: the repeats ran in {ss.sessions} server starts (engine sessions); sd of ln(a/b) "
+                f"within a start {ss.sd_within_log:.4f}, between starts {ss.sd_between_log:.4f} (F-test p "
+                f"{ss.f_p:.3g}); the test's unit is the {'server start' if c.unit == 'session' else c.unit} "
+                f"(n = {c.n_units}), fixed by the design.",
+                (f"{c.name}: the {ss.sessions} server starts differ (F-test p {ss.f_p:.3g}); the test's "
+                 f"unit is the server start (n = {c.n_units})." if differ else
+                 f"{c.name}: {ss.sessions} server starts, no difference between them shown (F-test p "
+                 f"{ss.f_p:.3g}); the unit is still the server start (n = {c.n_units})."), c.name)
     if spec.model.load_format == "dummy":
         note = spec.model.dummy_weights_note or "random weights: timings reflect the architecture, the text is meaningless"
         add("dummy_weights", f"Dummy weights (--load-format dummy): {note}. Not a measurement of the real model's "
             "weights.", "Dummy weights (--load-format dummy): not a measurement of the real model's weights.")
-    mism = sum(p["output_len_mismatches"] or 0 for p in res["points"])
+    mism = sum(p.output_len_mismatches or 0 for p in res.points)
     if mism:
         add("output_len_mismatch", f"{mism} completed request(s) returned a different number of tokens than max_tokens.")
-    for p in res["points"]:
-        srv = (p["prompt_tokens"]["server"] or {})
+    for p in res.points:
+        srv = p.prompt_tokens.server or {}
         if srv and (srv.get("min") != spec.workload.input_len or srv.get("max") != spec.workload.input_len):
             rng = f"{srv['min']}" if srv["min"] == srv["max"] else f"{srv['min']}-{srv['max']} (mean {srv['mean']:.2f})"
             add("prompt_lengths", f"Prompt lengths: nominal {spec.workload.input_len} tokens; the server reported "
-                f"{rng} at {p['label']} (templating/tokenization); see the prompt-token table for every point.",
-                f"Prompt lengths: nominal {spec.workload.input_len} tokens; the server reported {rng} at {p['label']}.",
-                p["label"])
+                f"{rng} at {p.label} (templating/tokenization); see the prompt-token table for every point.",
+                f"Prompt lengths: nominal {spec.workload.input_len} tokens; the server reported {rng} at {p.label}.",
+                p.label)
             break
-    bad = [p for p in res["setup"]["pins"] if isinstance(p, dict) and p.get("ok") is False]
+    bad = [p for p in res.setup.pins if isinstance(p, dict) and p.get("ok") is False]
     if bad:
         add("pins_drift", "Pins that did not hold (run with drift allowed): " + "; ".join(
             f"{p.get('pin')}: requested {p.get('requested')!r}, effective {p.get('effective')!r}" for p in bad) + ".",
@@ -134,7 +137,7 @@ def caveat_entries(data: RunData, res: dict) -> list[dict]:
     # Resolved VALUES are compared, not their records: a restart that quotes a longer log line as the
     # source of the same value changed nothing.
     val = lambda v: v.get("value") if isinstance(v, dict) and "value" in v else v  # noqa: E731
-    changed = {d["name"]: d for d in res["setup"]["engine_resolved_changes"] if val(d["first"]) != val(d["this"])}
+    changed = {d["name"]: d for d in res.setup.engine_resolved_changes if val(d["first"]) != val(d["this"])}
     if changed:
         first = sorted(changed)[0]
         add("engine_restart_values", "The engine was restarted and resolved some settings to different values: "
@@ -155,48 +158,50 @@ def caveat_entries(data: RunData, res: dict) -> list[dict]:
             "a profiler, never from the measured trials; their numbers do not reconstruct the throughput tables.",
             "Profiling is diagnostic only: traces come from a separate workload, never from the measured trials.")
     out.extend(_within_caveats(res))
-    for d in res["dominance"]["pairs"]:
+    for d in res.dominance.pairs:
         pair = pair_about(d)
-        if d["verdict"] != "finding":
-            add("dominance_verdict", d["verdict_statement"][0].upper() + d["verdict_statement"][1:] + ".", about=pair)
-        if d["held_in_repeats"] < d["repeats_planned"]:
-            add("dominance_repeats", f"{d['statement']} on the means, but per repeat only in {d['held_in_repeats']} "
-                f"of {d['repeats_planned']} planned repeat(s).", about=pair)
-    if res["ordering"]["statement"] and not res["ordering"]["held_in_every_repeat"]:
-        add("ordering_repeats", f"The ordering {res['ordering']['statement']} (from means) held in "
-            f"{res['ordering']['held_in_repeats']} of {res['ordering']['repeats_planned']} repeats.")
+        if d.verdict != "finding":
+            add("dominance_verdict", d.verdict_statement[0].upper() + d.verdict_statement[1:] + ".", about=pair)
+        if d.held_in_repeats < d.repeats_planned:
+            add("dominance_repeats", f"{d.statement} on the means, but per repeat only in {d.held_in_repeats} "
+                f"of {d.repeats_planned} planned repeat(s).", about=pair)
+    o = res.ordering
+    if o.statement and not o.held_in_every_repeat:
+        add("ordering_repeats", f"The ordering {o.statement} (from means) held in "
+            f"{o.held_in_repeats} of {o.repeats_planned} repeats.")
     return out
 
 
-def _within_caveats(res: dict) -> list[dict]:
+def _within_caveats(res: Analysis) -> list[dict]:
     """No steady state, waves, regimes: what one number per trial hides, with the numbers."""
     out: list[dict] = []
-    trials = [w for w in res["within"]["trials"] if w["status"] == "present"]
-    drift = [w for w in trials if w["steady"]["needed_s"] is not None]
+    trials = [(w, w.steady or Steady()) for w in res.within.trials if w.status == "present"]
+    drift = [(w, st) for w, st in trials if st.needed_s is not None]
     if drift:
-        longest = max(drift, key=lambda w: w["steady"]["needed_s"])
+        longest, lst = max(drift, key=lambda x: x[1].needed_s or 0.0)
         out.append({"kind": "no_steady_state", "about": None, "text":
-                    f"No steady state in {len(drift)} of {len(trials)} trials ({', '.join(w['trial'] for w in drift)}): "
-                    f"the throughput drifts through the window, so its mean is not a level. {longest['trial']}: "
-                    f"{longest['steady']['note']}.",
+                    f"No steady state in {len(drift)} of {len(trials)} trials ({', '.join(w.trial for w, _ in drift)}): "
+                    f"the throughput drifts through the window, so its mean is not a level. {longest.trial}: "
+                    f"{lst.note}.",
                     "short": f"No steady state in {len(drift)} of {len(trials)} trials: their mean throughput is "
                              "not a level."})
-    short = [w["trial"] for w in trials if not w["steady"]["steady"] and w["steady"]["needed_s"] is None]
+    short = [w.trial for w, st in trials if not st.steady and st.needed_s is None]
     if short:
         out.append({"kind": "too_short_steady", "about": None, "text":
                     f"Too short to tell whether a steady state exists: {', '.join(short)} (the full-concurrency part "
                     "holds too few 0.25 s bins for MSER-5 and the trend test).",
                     "short": f"Too short to tell whether a steady state exists: {_names(short)}."})
-    wavy = [w for w in trials if w["waves"]]
+    wavy = [w for w, _ in trials if w.waves]
     if wavy:
-        per = "; ".join(f"{w['trial']}: {w['waves']['note'].replace('throughput moves in waves: ', '')}" for w in wavy[:3])
+        per = "; ".join(f"{w.trial}: {(w.waves or {})['note'].replace('throughput moves in waves: ', '')}"
+                        for w in wavy[:3])
         out.append({"kind": "waves", "about": None, "text":
                     f"Throughput moves in waves within {len(wavy)} of {len(trials)} trials (per-trial figure and "
                     f"timeseries.csv): {per}" + ("; ..." if len(wavy) > 3 else "") + ".",
                     "short": f"Throughput moves in waves within {len(wavy)} of {len(trials)} trials (see the "
                              "per-trial figure)."})
-    for p in res["within"]["points"]:
-        if p["regimes"]:
-            out.append({"kind": "regimes", "about": label(p["point"]), "text": f"C{p['point']}: {p['regimes']['note']}.",
+    for p in res.within.points:
+        if p.regimes:
+            out.append({"kind": "regimes", "about": label(p.point), "text": f"C{p.point}: {p.regimes['note']}.",
                         "short": None})
     return out

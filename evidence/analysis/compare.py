@@ -25,10 +25,10 @@ from typing import Any
 import numpy as np
 from scipy import stats
 
-from evidence.analysis.analyze import compute_analysis
+from evidence.analysis.analyze import build_analysis
 from evidence.analysis.findings import paired_comparison
 from evidence.analysis.load import NotARunDir, load_run
-from evidence.analysis.model import Analysis, Comparison
+from evidence.analysis.model import Analysis, Comparison, RepeatValue
 from evidence.analysis.numbers import interval_text, label, pct_text
 from evidence.analysis.stats import CLAIM_MIN_STARTS, session_means
 from evidence.rundir import SPEC_RESOLVED
@@ -183,17 +183,13 @@ def shift_test(xa: list[float], xb: list[float], sa: list[int] | None = None, sb
             "shift_df": float(t.df), "shift_verdict": "finding" if p < 0.05 else "not significant"}
 
 
-def _sessions_of(res: Analysis, point: int, values: list[dict]) -> list[int]:
+def _sessions_of(res: Analysis, point: int, values: list[RepeatValue]) -> list[int]:
     """The server start of each per-repeat value of a point (1 where the trial does not say)."""
     out = []
     for v in values:
-        t = res.trial_at(v["repeat"], point)
+        t = res.trial_at(v.repeat, point)
         out.append(int((t.session if t else None) or 1))
     return out
-
-
-def _pick_comparison(c: dict) -> Comparison:
-    return Analysis.from_dict({"comparisons": [c]}).comparisons[0]
 
 
 def compare_runs(a: Path, b: Path) -> dict:
@@ -201,7 +197,7 @@ def compare_runs(a: Path, b: Path) -> dict:
     pa, ka = resolve_run_dir(Path(a))
     pb, kb = resolve_run_dir(Path(b))
     da, db = load_run(pa), load_run(pb)
-    ra, rb = Analysis.from_dict(compute_analysis(da)), Analysis.from_dict(compute_analysis(db))
+    ra, rb = build_analysis(da), build_analysis(db)
     sa = json.loads(da.spec.model_dump_json())
     sb = json.loads(db.spec.model_dump_json())
     for k in SPEC_EXCLUDED:
@@ -226,10 +222,8 @@ def compare_runs(a: Path, b: Path) -> dict:
         shift = (mb - ma) / ma if (ma is not None and mb is not None and ma != 0) else None
         flags = [f"a: {f}" for f in xa.flags] + [f"b: {f}" for f in xb.flags]
         points.append({"point": P, "label": label(P), "a_mean": ma, "b_mean": mb, "shift": shift,
-                       **shift_test([v["value"] for v in ta.raw.get("values", [])],
-                                    [v["value"] for v in tb.raw.get("values", [])],
-                                    _sessions_of(ra, P, ta.raw.get("values", [])),
-                                    _sessions_of(rb, P, tb.raw.get("values", []))),
+                       **shift_test([v.value for v in ta.values], [v.value for v in tb.values],
+                                    _sessions_of(ra, P, ta.values), _sessions_of(rb, P, tb.values)),
                        "a_cv": ta.cv, "b_cv": tb.cv, "cv_kind_a": ta.std_kind, "cv_kind_b": tb.std_kind,
                        "a_repeats": f"{xa.repeats_measured}/{xa.repeats_planned}",
                        "b_repeats": f"{xb.repeats_measured}/{xb.repeats_planned}", "flags": flags})
@@ -259,7 +253,7 @@ def compare_runs(a: Path, b: Path) -> dict:
             c = res.comparison(A, B)
             if c is None:  # named only by the other spec: computed the same way
                 try:
-                    c = _pick_comparison(paired_comparison(res.raw, A, B))
+                    c = Comparison.from_dict(paired_comparison(res.to_dict(), A, B))
                 except KeyError:
                     c = None
             row[side] = None if c is None else {
@@ -294,7 +288,7 @@ def compare_runs(a: Path, b: Path) -> dict:
         "a": _side(ra, ka), "b": _side(rb, kb),
         "same_spec_except_name": not spec_diff,
         "spec_diff": spec_diff,
-        "engine_resolved_diff": _engine_diff(ra.raw["setup"]["engine_resolved"], rb.raw["setup"]["engine_resolved"]),
+        "engine_resolved_diff": _engine_diff(ra.setup.engine_resolved, rb.setup.engine_resolved),
         "provenance_diff": prov_diff,
         "pins": pins,
         "points": points,

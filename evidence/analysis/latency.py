@@ -154,16 +154,15 @@ def point_intervals(point: dict, rows: dict[str, dict], percentiles: Sequence[fl
     return out
 
 
-def attach_intervals(res: dict, rows: dict[str, dict]) -> None:
-    """Add points[i].latency[m]["intervals"] (stat -> interval) and methods["latency_intervals"] to `res` in place.
+def attach_intervals(points: list[dict], rows: dict[str, dict], percentiles: Sequence[float]) -> None:
+    """Add latency[m]["intervals"] (stat -> interval) to each point row in place (analysis.json's
+    points[i]; its methods["latency_intervals"] is METHOD).
 
     A metric no trial of the point measured gets no intervals key (its mean_over_repeats is null and the point's
     `absent` already says why)."""
-    pcts = res["spec"]["percentiles"]
-    for p in res["points"]:
-        for m, by_stat in point_intervals(p, rows, pcts).items():
+    for p in points:
+        for m, by_stat in point_intervals(p, rows, percentiles).items():
             p["latency"][m]["intervals"] = by_stat
-    res["methods"]["latency_intervals"] = METHOD
 
 
 __all__ = ["LEVEL", "METHOD", "interval", "absent_short", "shown_keys", "point_intervals", "attach_intervals"]

@@ -1,148 +1,111 @@
-"""A typed reading of analysis.json: what report, figures and compare read, by attribute instead of string key.
+"""The typed analysis: what analysis.json holds, as dataclasses.
 
-Introduced on the reading side: `compute_analysis` still builds the dict that is written byte for byte
-(and named in published releases); `Analysis.from_dict(res)` wraps it. Every typed object keeps the dict
-it was read from (`raw`), so a reader can reach a field the model does not name yet. A field missing
-from an older analysis.json reads as its default (None or empty), never as an error.
+`evidence.analysis.analyze.build_analysis` assembles an `Analysis`; `Analysis.to_dict()` is what
+analysis.json is written from (canonical JSON, so the bytes are those of the dict). Readers (tables,
+compare, the report's verdicts and index, the CLI) use attributes, not string keys;
+`Analysis.from_dict(d)` reads a written analysis.json back, an older one included: a field missing
+from it reads as its default (None or empty), never as an error, and is not written back
+(evidence.analysis.record). The rows (trials, points, comparisons) are in evidence.analysis.model_rows.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields
-from typing import Any, TypeVar
+from dataclasses import dataclass, field
+from typing import Union
 
-T = TypeVar("T")
+from evidence.analysis.model_rows import (
+    Comparison,
+    Interval,
+    Noise,
+    PairedRepeat,
+    Point,
+    PointLatency,
+    PromptTokens,
+    RepeatValue,
+    RequestThroughput,
+    SessionSpread,
+    SideBySide,
+    Throughput,
+    Trial,
+)
+from evidence.analysis.record import Record, extra_keys, unset_keys
 
-
-def _pick(cls: type[T], d: dict | None, **override: Any) -> T:
-    """An instance of dataclass `cls` from the keys of `d` that name its fields (raw = d)."""
-    d = d or {}
-    kw = {f.name: d[f.name] for f in fields(cls) if f.name in d and f.name not in override and f.name != "raw"}
-    return cls(**kw, **override, raw=d)  # type: ignore[call-arg]
-
-
-@dataclass(frozen=True)
-class Throughput:
-    n: int = 0
-    mean: float | None = None
-    std: float | None = None
-    std_kind: str | None = None
-    cv: float | None = None
-    min: float | None = None
-    max: float | None = None
-    rel_range: float | None = None
-    raw: dict = field(default_factory=dict, repr=False, compare=False)
-
-
-@dataclass(frozen=True)
-class Point:
-    point: int
-    label: str = ""
-    repeats_planned: int = 0
-    repeats_present: int = 0
-    repeats_measured: int = 0
-    trials: list[str] = field(default_factory=list)
-    missing: list[str] = field(default_factory=list)
-    output_throughput: Throughput = field(default_factory=Throughput)
-    failed: int | None = None
-    output_len_mismatches: int | None = None
-    flags: list[str] = field(default_factory=list)
-    absent: dict[str, str] = field(default_factory=dict)
-    raw: dict = field(default_factory=dict, repr=False, compare=False)
-
-    @classmethod
-    def from_dict(cls, d: dict) -> "Point":
-        return _pick(cls, d, output_throughput=_pick(Throughput, d.get("output_throughput")))
-
-
-@dataclass(frozen=True)
-class Trial:
-    id: str
-    index: int = 0
-    repeat: int = 0
-    point: int = 0
-    position: int = 0
-    status: str = "missing"
-    session: int | None = None
-    output_throughput: float | None = None
-    failed: int | None = None
-    flags: list[str] = field(default_factory=list)
-    raw: dict = field(default_factory=dict, repr=False, compare=False)
-
-    @property
-    def present(self) -> bool:
-        return self.status == "present"
+__all__ = [
+    "Analysis",
+    "Arms",
+    "ArmComparison",
+    "Completeness",
+    "Comparison",
+    "Dominance",
+    "DominancePair",
+    "DominancePoint",
+    "Goodput",
+    "Interval",
+    "PromptTokens",
+    "SessionSpread",
+    "Steady",
+    "GoodputTrial",
+    "Look",
+    "LookComparison",
+    "Noise",
+    "Ordering",
+    "OrderingLink",
+    "OrderingRepeat",
+    "PairedRepeat",
+    "Point",
+    "PointLatency",
+    "RepeatValue",
+    "RequestThroughput",
+    "RunInfo",
+    "RunScope",
+    "Sequential",
+    "Setup",
+    "SideBySide",
+    "SpecInfo",
+    "TelemetryRow",
+    "Throughput",
+    "Trial",
+    "VarianceComponents",
+    "VariancePoint",
+    "Within",
+    "WithinPoint",
+    "WithinTrial",
+    "as_analysis",
+]
 
 
 @dataclass(frozen=True)
-class Comparison:
-    """A paired comparison as analysis.json holds it (declared, adjacent, or computed for compare)."""
-
-    name: str
-    a: int
-    b: int
-    pairs: int = 0
-    repeats_planned: int = 0
-    mean_diff: float | None = None
-    wins_a: int = 0
-    wins_b: int = 0
-    ties: int = 0
-    verdict: str = ""  # "finding" | "equivalent" | "not significant" | "no claim"
-    statement: str = ""  # the sentence carrying effect, interval, p and MDE
-    metric: str = "output_throughput"
-    unit: str = "repeat"  # or "session" (a server start), "host"
-    n_pairs: int = 0  # paired repeats
-    n_units: int = 0  # the test's n: repeats, or sessions when they are the unit
-    effect: float | None = None
-    ci95: list[float] | None = None
-    p_value: float | None = None
-    p_adjusted: float | None = None
-    ci_adjusted: list[float] | None = None
-    ci_adjusted_level: float | None = None
-    family: int = 1
-    test: str = ""
-    mde: float | None = None
-    sign_p: float | None = None
-    perm_p: float | None = None
-    sign_note: str | None = None
-    better: int | None = None
-    repeats: list[dict] = field(default_factory=list)  # per repeat: session, trials, a, b, diff, winner, flags
-    noise: dict = field(default_factory=dict)  # CVs and ranges of both points (descriptive, not a rule)
-    sessions: dict | None = None  # within/between-session spread of ln(a/b) when several sessions
-    flags: list[str] = field(default_factory=list)
-    df: int | None = None  # the test's degrees of freedom (n_units - 1)
-    scope: str = ""  # "this server start", "these N server starts", "these N hosts" ("" in older analyses)
-    scope_note: str | None = None  # why the verdict is not a claim about the configuration (fewer than 3 starts)
-    halfwidth: float | None = None  # the interval's half-width (not the MDE)
-    margin: float | None = None  # declared equivalence margin
-    tost_p: float | None = None
-    equivalent: bool | None = None
-    raw: dict = field(default_factory=dict, repr=False, compare=False)
-
-    @property
-    def is_finding(self) -> bool:
-        return self.verdict == "finding"
-
-    def as_json(self) -> dict:
-        """The keys a reader of `evidence analyze --json` relies on."""
-        return {"a": self.a, "b": self.b, "metric": self.metric, "n_pairs": self.n_pairs, "effect": self.effect,
-                "ci95": self.ci95, "p_value": self.p_value, "test": self.test, "mde": self.mde,
-                "verdict": self.verdict, "unit": self.unit, "n_units": self.n_units, "df": self.df,
-                "scope": self.scope, "scope_note": self.scope_note}
+class RunInfo(Record):
+    run_id: str | None = None
+    spec_name: str | None = None
+    spec_sha256: str | None = None
+    status: str | None = None
+    created_unix: float | None = None
+    extra: dict = extra_keys()
+    unset: frozenset[str] = unset_keys()
 
 
 @dataclass(frozen=True)
-class Ordering:
-    statement: str | None = None
-    supported_statement: str | None = None
-    held_in_repeats: int = 0
-    repeats_planned: int = 0
-    held_in_every_repeat: bool = False
-    raw: dict = field(default_factory=dict, repr=False, compare=False)
+class SpecInfo(Record):
+    name: str = ""
+    title: str = ""
+    points: list[int] = field(default_factory=list)
+    repeats: int = 0
+    order: str = ""
+    plan_note: str | None = None
+    comparisons: list[dict] = field(default_factory=list)  # {"a": point, "b": point}
+    latency_metrics: list[str] = field(default_factory=list)
+    percentiles: list[float] = field(default_factory=list)
+    cv: str = ""
+    slos_ms: dict[str, float] = field(default_factory=dict)
+    input_len: int | None = None
+    output_len: int | None = None
+    extra: dict = extra_keys()
+    unset: frozenset[str] = unset_keys()
 
 
 @dataclass(frozen=True)
-class Completeness:
+class Completeness(Record):
     trials_planned: int = 0
     trials_present: int = 0
     missing: list[str] = field(default_factory=list)
@@ -152,56 +115,328 @@ class Completeness:
     plan_matches_spec: bool = True
     run_status: str | None = None
     load_problems: list[str] = field(default_factory=list)
-    raw: dict = field(default_factory=dict, repr=False, compare=False)
+    extra: dict = extra_keys()
+    unset: frozenset[str] = unset_keys()
 
 
 @dataclass(frozen=True)
-class RunInfo:
-    run_id: str | None = None
-    spec_name: str | None = None
-    spec_sha256: str | None = None
-    status: str | None = None
-    created_unix: float | None = None
-    raw: dict = field(default_factory=dict, repr=False, compare=False)
+class OrderingRepeat(Record):
+    repeat: int = 0
+    statement: str | None = None
+    complete: bool = False
+    matches: bool | None = None
+    extra: dict = extra_keys()
+    unset: frozenset[str] = unset_keys()
 
 
 @dataclass(frozen=True)
-class SpecInfo:
-    name: str = ""
-    title: str = ""
-    points: list[int] = field(default_factory=list)
+class OrderingLink(Record):
+    """Adjacent points lo < hi: the symbol of their means and the paired test behind it."""
+
+    lo: int = 0
+    hi: int = 0
+    symbol: str | None = None
+    effect: float | None = None
+    ci95: list[float] | None = None
+    p_value: float | None = None
+    p_adjusted: float | None = None
+    mde: float | None = None
+    verdict: str = ""
+    extra: dict = extra_keys()
+    unset: frozenset[str] = unset_keys()
+
+
+@dataclass(frozen=True)
+class Ordering(Record):
+    statement: str | None = None
+    supported_statement: str | None = None
+    held_in_repeats: int = 0
+    repeats_planned: int = 0
+    held_in_every_repeat: bool = False
+    repeats: list[OrderingRepeat] = field(default_factory=list)
+    links: list[OrderingLink] = field(default_factory=list)
+    extra: dict = extra_keys()
+    unset: frozenset[str] = unset_keys()
+
+
+@dataclass(frozen=True)
+class DominancePoint(Record):
+    point: int = 0
+    label: str = ""
+    dominated: bool | None = None
+    dominated_by: list[int] = field(default_factory=list)
+    dominates: list[int] = field(default_factory=list)
+    tied_with: list[int] = field(default_factory=list)
+    not_compared: list[int] = field(default_factory=list)
+    note: str | None = None
+    flags: list[str] = field(default_factory=list)
+    extra: dict = extra_keys()
+    unset: frozenset[str] = unset_keys()
+
+
+@dataclass(frozen=True)
+class DominancePair(Record):
+    dominant: int = 0
+    dominated: int = 0
+    statement: str = ""
+    held_in_repeats: int = 0
+    repeats_planned: int = 0
+    verdict: str = ""
+    verdict_statement: str = ""
+    extra: dict = extra_keys()
+    unset: frozenset[str] = unset_keys()
+
+
+@dataclass(frozen=True)
+class Dominance(Record):
+    criteria: list[str] = field(default_factory=list)
+    points: list[DominancePoint] = field(default_factory=list)
+    pairs: list[DominancePair] = field(default_factory=list)
+    frontier: list[int] = field(default_factory=list)
+    extra: dict = extra_keys()
+    unset: frozenset[str] = unset_keys()
+
+    def pair(self, dominant: int, dominated: int) -> DominancePair | None:
+        return next((d for d in self.pairs if (d.dominant, d.dominated) == (dominant, dominated)), None)
+
+
+@dataclass(frozen=True)
+class TelemetryRow(Record):
+    """A trial's server telemetry; only a present one has samples, plateau and the per-gauge values."""
+
+    trial: str = ""
+    repeat: int = 0
+    point: int = 0
+    position: int = 0
+    status: str = ""
+    absent: str | None = None
+    samples: int | None = None
+    sample_interval_s: float | None = None
+    plateau_s: list[float] | None = None
+    sustained: dict[str, float | None] = field(default_factory=dict)
+    max: dict[str, float | None] = field(default_factory=dict)
+    delta: dict[str, float | None] = field(default_factory=dict)
+    absent_keys: dict[str, str] = field(default_factory=dict)
+    extra: dict = extra_keys()
+    unset: frozenset[str] = unset_keys()
+
+
+@dataclass(frozen=True)
+class Steady(Record):
+    """A trial's steady-state window (evidence.analysis.timeseries) and its throughput there."""
+
+    start_s: float | None = None
+    end_s: float | None = None
+    steady: bool | None = None
+    throughput: float | None = None
+    trend_rho: float | None = None
+    trend_p: float | None = None
+    needed_s: float | None = None  # the trial length a steady state would need (None: no drift found)
+    note: str | None = None
+    extra: dict = extra_keys()
+    unset: frozenset[str] = unset_keys()
+
+
+@dataclass(frozen=True)
+class WithinTrial(Record):
+    trial: str = ""
+    status: str = ""
+    series: dict = field(default_factory=dict)  # t, output_tps, in_flight, running, waiting per bin
+    steady: Steady | None = None
+    waves: dict | None = None  # note, and the period or modes found
+    extra: dict = extra_keys()
+    unset: frozenset[str] = unset_keys()
+
+
+@dataclass(frozen=True)
+class WithinPoint(Record):
+    point: int = 0
+    steady_throughput_mean: float | None = None
+    steady_trials: int = 0
+    wave_trials: int = 0
+    regimes: dict | None = None
+    extra: dict = extra_keys()
+    unset: frozenset[str] = unset_keys()
+
+
+@dataclass(frozen=True)
+class Within(Record):
+    bin_s: float | None = None
+    trials: list[WithinTrial] = field(default_factory=list)
+    points: list[WithinPoint] = field(default_factory=list)
+    extra: dict = extra_keys()
+    unset: frozenset[str] = unset_keys()
+
+
+@dataclass(frozen=True)
+class GoodputTrial(Record):
+    trial: str = ""
+    repeat: int = 0
+    point: int = 0
+    position: int = 0
+    requests: int | None = None
+    meeting: int | None = None
+    undetermined: int | None = None
+    attainment: float | None = None
+    goodput_rps: float | None = None
+    absent: str | None = None
+    flags: list[str] = field(default_factory=list)
+    extra: dict = extra_keys()
+    unset: frozenset[str] = unset_keys()
+
+
+@dataclass(frozen=True)
+class Goodput(Record):
+    slos_ms: dict[str, float] = field(default_factory=dict)
+    trials: list[GoodputTrial] = field(default_factory=list)
+    points: list[dict] = field(default_factory=list)
+    absent: str | None = None  # None: the spec sets SLOs
+    extra: dict = extra_keys()
+    unset: frozenset[str] = unset_keys()
+
+
+@dataclass(frozen=True)
+class VariancePoint(Record):
+    point: int = 0
+    sessions: int = 0
     repeats: int = 0
-    order: str = ""
-    cv: str = ""
-    latency_metrics: list[str] = field(default_factory=list)
-    percentiles: list[float] = field(default_factory=list)
-    raw: dict = field(default_factory=dict, repr=False, compare=False)
+    sd_between: float | None = None
+    sd_between_ci: list[float] | None = None
+    sd_within: float | None = None
+    sd_within_ci: list[float] | None = None
+    share_between: float | None = None
+    absent: str | None = None
+    extra: dict = extra_keys()
+    unset: frozenset[str] = unset_keys()
 
 
 @dataclass(frozen=True)
-class Analysis:
-    run: RunInfo
-    spec: SpecInfo
-    completeness: Completeness
-    points: list[Point]
-    trials: list[Trial]
-    comparisons: list[Comparison]
-    adjacent: list[Comparison]
-    ordering: Ordering
-    caveats: list[str]
-    raw: dict = field(repr=False, compare=False)
+class VarianceComponents(Record):
+    metric: str = "output_throughput"
+    scale: str = "ln"
+    level: float = 0.95
+    method: str = ""
+    points: list[VariancePoint] = field(default_factory=list)
+    extra: dict = extra_keys()
+    unset: frozenset[str] = unset_keys()
 
-    @classmethod
-    def from_dict(cls, res: dict) -> "Analysis":
-        return cls(
-            run=_pick(RunInfo, res.get("run")), spec=_pick(SpecInfo, res.get("spec")),
-            completeness=_pick(Completeness, res.get("completeness")),
-            points=[Point.from_dict(p) for p in res.get("points") or []],
-            trials=[_pick(Trial, t) for t in res.get("trials") or []],
-            comparisons=[_pick(Comparison, c) for c in res.get("comparisons") or []],
-            adjacent=[_pick(Comparison, c) for c in res.get("adjacent") or []],
-            ordering=_pick(Ordering, res.get("ordering")),
-            caveats=list(res.get("caveats") or []), raw=res)
+
+@dataclass(frozen=True)
+class ArmComparison(Record):
+    """Two arms of spec.arms at one point, the block of server starts as the unit."""
+
+    a: str = ""
+    b: str = ""
+    point: int = 0
+    a_values: list[float] = field(default_factory=list)
+    b_values: list[float] = field(default_factory=list)
+    verdict: str = ""
+    effect: float | None = None
+    ci: list[float] | None = None
+    n_units: int = 0
+    df: int | None = None
+    statement: str = ""
+    extra: dict = extra_keys()
+    unset: frozenset[str] = unset_keys()
+
+
+@dataclass(frozen=True)
+class Arms(Record):
+    method: str = ""
+    comparisons: list[ArmComparison] = field(default_factory=list)
+    extra: dict = extra_keys()
+    unset: frozenset[str] = unset_keys()
+
+
+@dataclass(frozen=True)
+class LookComparison(Record):
+    """A comparison at one look of --until-decided (a and b: points, or arms when `point` is set)."""
+
+    a: Union[int, str, None] = None
+    b: Union[int, str, None] = None
+    point: int | None = None
+    verdict: str | None = None
+    unit: str | None = None
+    n_units: int | None = None
+    t: float | None = None
+    t_boundary: float | None = None
+    alpha_spent: float | None = None
+    rci: list[float | None] | None = None
+    conditional_power: float | None = None
+    extra: dict = extra_keys()
+    unset: frozenset[str] = unset_keys()
+
+
+@dataclass(frozen=True)
+class Look(Record):
+    look: int | None = None
+    max_looks: int | None = None
+    repeats: int | None = None
+    comparisons: list[LookComparison] = field(default_factory=list)
+    extra: dict = extra_keys()
+    unset: frozenset[str] = unset_keys()
+
+
+@dataclass(frozen=True)
+class Sequential(Record):
+    looks: list[Look] = field(default_factory=list)
+    stop: dict | None = None
+    rule: str | None = None
+    decisions: list[dict] = field(default_factory=list)
+    extra: dict = extra_keys()
+    unset: frozenset[str] = unset_keys()
+
+
+@dataclass(frozen=True)
+class RunScope(Record):
+    server_starts: int = 0
+    scope: str = ""
+    claim_note: str | None = None
+    extra: dict = extra_keys()
+    unset: frozenset[str] = unset_keys()
+
+
+@dataclass(frozen=True)
+class Setup(Record):
+    engine_resolved: dict | None = None
+    engine_resolved_files: list[str] = field(default_factory=list)
+    engine_resolved_changes: list[dict] = field(default_factory=list)
+    pins: list = field(default_factory=list)
+    provenance_files: list[str] = field(default_factory=list)
+    profile_files: list[str] = field(default_factory=list)
+    extra: dict = extra_keys()
+    unset: frozenset[str] = unset_keys()
+
+
+@dataclass(frozen=True)
+class Analysis(Record):
+    schema: str = ""
+    run: RunInfo = field(default_factory=RunInfo)
+    spec: SpecInfo = field(default_factory=SpecInfo)
+    methods: dict = field(default_factory=dict)
+    completeness: Completeness = field(default_factory=Completeness)
+    trials: list[Trial] = field(default_factory=list)
+    points: list[Point] = field(default_factory=list)
+    comparisons: list[Comparison] = field(default_factory=list)
+    adjacent: list[Comparison] = field(default_factory=list)
+    dominance: Dominance = field(default_factory=Dominance)
+    telemetry: list[TelemetryRow] = field(default_factory=list)
+    within: Within = field(default_factory=Within)
+    goodput: Goodput = field(default_factory=Goodput)
+    setup: Setup = field(default_factory=Setup)
+    variance_components: VarianceComponents | None = None
+    arms: Arms | None = None  # only a spec with arms
+    sequential: Sequential | None = None  # only a run of --until-decided
+    scope: RunScope = field(default_factory=RunScope)
+    ordering: Ordering = field(default_factory=Ordering)
+    caveats: list[str] = field(default_factory=list)
+    caveat_kinds: list[dict] = field(default_factory=list)  # {kind, about, short} per caveat
+    bottleneck: dict | None = None  # only with host telemetry (evidence.analysis.bottleneck)
+    files: list[str] = field(default_factory=list)
+    extra: dict = extra_keys()
+    unset: frozenset[str] = unset_keys()
+
+    OMIT_NONE = frozenset({"arms", "sequential", "bottleneck"})
 
     def point(self, p: int) -> Point | None:
         return next((x for x in self.points if x.point == p), None)
@@ -216,3 +451,8 @@ class Analysis:
     def caution(self) -> bool:
         c = self.completeness
         return bool(c.missing or c.with_failures or c.zero_completed or c.run_status != "complete")
+
+
+def as_analysis(res: Analysis | dict) -> Analysis:
+    """The typed analysis, from itself or from the dict of analysis.json (a reader given either)."""
+    return res if isinstance(res, Analysis) else Analysis.from_dict(res)

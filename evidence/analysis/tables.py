@@ -12,6 +12,7 @@ import math
 from typing import Any, Sequence
 
 from evidence.analysis.load import TrialData
+from evidence.analysis.model import Analysis, as_analysis
 from evidence.analysis.numbers import as_num, label, mean_of, rel_of, std_of
 from evidence.metrics import LATENCY_METRICS, METRICS, pct_key, trial_metrics
 from evidence.spec.model import Spec
@@ -197,12 +198,13 @@ TABLES = ("comparisons", "dominance", "goodput", "latency_side_by_side", "orderi
           "point_latency_intervals", "points", "telemetry", "timeseries", "trials")
 
 
-def table_names(res: dict) -> list[str]:
+def table_names(res: Analysis | dict) -> list[str]:
     """The names of the tables frames(res) gives, in its (sorted) order: goodput only when the spec sets SLOs
-    (res["goodput"]["absent"] is None)."""
-    return [n for n in sorted(TABLES) if n != "goodput" or res["goodput"]["absent"] is None]
+    (its goodput has no `absent`)."""
+    absent = as_analysis(res).goodput.absent
+    return [n for n in sorted(TABLES) if n != "goodput" or absent is None]
 
 
-def csv_names(res: dict) -> list[str]:
+def csv_names(res: Analysis | dict) -> list[str]:
     """The CSV file names csv_tables(res) gives, sorted, without building or formatting any table."""
     return sorted(f"{name}.csv" for name in table_names(res))

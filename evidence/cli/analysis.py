@@ -40,11 +40,11 @@ def _points_table(res: Analysis) -> Table:
     t = Table(title=f"{res.spec.name}: output throughput per point ({res.spec.cv} CV)")
     for col in ("point", "mean tok/s", "steady-state tok/s", "CV", "min", "max", "repeats", "failed req.", "flags"):
         t.add_column(col, justify="left" if col in ("point", "flags") else "right")
-    # the steady-state window is not in the typed model yet: read from the dict it wraps
-    within = {w["point"]: w for w in res.raw.get("within", {}).get("points", [])}
+    within = {w.point: w for w in res.within.points}
     for p in res.points:
         tp = p.output_throughput
-        st = (within.get(p.point) or {}).get("steady_throughput_mean")
+        w = within.get(p.point)
+        st = w.steady_throughput_mean if w else None
         t.add_row(p.label, f"{tp.mean:,.2f}" if tp.mean is not None else "n/a",
                   f"{st:,.2f}" if st is not None else "n/a", pct_text(tp.cv),
                   f"{tp.min:,.2f}" if tp.min is not None else "n/a",
@@ -70,8 +70,7 @@ def _comparisons_table(res: Analysis) -> Table:
     return t
 
 
-def _print_findings(d: dict) -> None:
-    res = Analysis.from_dict(d)
+def _print_findings(res: Analysis) -> None:
     out.print(_points_table(res))
     if res.comparisons:
         out.print(_comparisons_table(res))
@@ -81,9 +80,8 @@ def _print_findings(d: dict) -> None:
     if o.statement:
         out.print(f"ordering: {o.statement} (held in {o.held_in_repeats}/{o.repeats_planned} repeats; "
                   f"supported: {o.supported_statement})")
-    for dom in d["dominance"]["pairs"]:  # dominance is not in the typed model yet
-        out.print(f"dominance: {dom['verdict_statement']} (held in {dom['held_in_repeats']}/{dom['repeats_planned']} "
-                  "repeats)")
+    for dom in res.dominance.pairs:
+        out.print(f"dominance: {dom.verdict_statement} (held in {dom.held_in_repeats}/{dom.repeats_planned} repeats)")
     comp = res.completeness
     if comp.missing or comp.with_failures or comp.zero_completed:
         out.print(f"[yellow]caution[/]: missing {comp.missing or 'none'}; failed requests in "
@@ -132,8 +130,9 @@ def register(app: typer.Typer) -> None:
         if as_json:
             sys.stdout.write(dumps(res))
             return
-        _print_findings(res)
-        out.print(f"wrote {len(res['files'])} files to {target}/: {', '.join(res['files'])}")
+        typed = Analysis.from_dict(res)
+        _print_findings(typed)
+        out.print(f"wrote {len(typed.files)} files to {target}/: {', '.join(typed.files)}")
 
     @app.command("report")
     def report(
@@ -176,7 +175,7 @@ def register(app: typer.Typer) -> None:
                 prog.update(task, completed=len(STEPS))
         except (NotARunDir, TemplateNotFound) as e:
             _fail(e)
-        _print_findings(d.analysis)
+        _print_findings(Analysis.from_dict(d.analysis))
         out.print(f"analysis: {len(d.files['analysis'])} files in {target / 'analysis'}/")
         out.print(f"figures:  {len(d.files['figures'])} files in {target / 'figures'}/")
         for p in d.files["report"]:

@@ -20,10 +20,10 @@ class FileDigest:
     git_sha1: str | None = None  # the git blob id (sha1 of "blob <size>\\0" + content), when asked for
 
 
-Progress = Callable[[int, int], None]  # (bytes just hashed, total bytes)
+HashProgress = Callable[[int, int], None]  # (bytes just hashed, total bytes)
 
 
-def hash_file(path: Path, *, git_blob: bool = False, progress: Progress | None = None, total: int = 0) -> FileDigest:
+def hash_file(path: Path, *, git_blob: bool = False, progress: HashProgress | None = None, total: int = 0) -> FileDigest:
     """sha256 (and optionally the git blob id) in one pass of chunked reads; never follows a symlink."""
     fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
     with os.fdopen(fd, "rb", buffering=0) as f:
@@ -60,7 +60,7 @@ def default_workers() -> int:
 
 
 def hash_files(root: Path, rels: Iterable[str], *, git_blob: bool = False, workers: int | None = None,
-               progress: Progress | None = None) -> dict[str, FileDigest | OSError]:
+               progress: HashProgress | None = None) -> dict[str, FileDigest | OSError]:
     """Hash many files in parallel (a thread pool; biggest first so one large file does not finish last)."""
     root = Path(root)
     rels = list(rels)

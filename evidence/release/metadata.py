@@ -7,7 +7,7 @@ import shutil
 from pathlib import Path
 
 from evidence.canon import dumps, write_atomic
-from evidence.release.files import FileDigest, Progress, hash_files, inventory
+from evidence.release.files import FileDigest, HashProgress, hash_files, inventory
 from evidence.release.layout import (BAG_INFO, BAGIT_DECLARATION, BAGIT_TXT, DERIVED_ROLES, MANIFEST, PAYLOAD_DIR,
                                      REGEN_FUNCTIONS, RELEASE_JSON, TAG_FILES, TAGMANIFEST, ReleaseError, path_key,
                                      payload_path, role_of, sha256_bytes)
@@ -70,7 +70,7 @@ def _file_entries(digests: dict[str, FileDigest]) -> list[dict]:
     return sorted(out, key=lambda f: path_key(f["path"]))
 
 
-def seal(release_dir: Path, meta: dict, *, workers: int | None = None, progress: Progress | None = None) -> dict:
+def seal(release_dir: Path, meta: dict, *, workers: int | None = None, progress: HashProgress | None = None) -> dict:
     """Write the per-run provenance, release.json, bagit.txt, bag-info.txt and both manifests for the
     payload now under release_dir/data. `meta` is release.json without "files"; returns release.json."""
     release_dir = Path(release_dir)

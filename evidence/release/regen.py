@@ -21,7 +21,7 @@ from typing import Any, Callable, Iterable, Iterator
 from evidence.release.drivers import ENTRY_DRIVER, LEGACY_DRIVER, RELEASE_DRIVER
 from evidence.release.files import inventory
 from evidence.release.layout import DERIVED_ROLES, ReleaseError
-from evidence.release.progress import NoPhases, Phases
+from evidence.release.phases import NoPhases, Phases
 
 
 @contextlib.contextmanager

@@ -20,6 +20,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from evidence.analysis.model import Analysis, as_analysis
 from evidence.analysis.numbers import label
 from evidence.canon import write_atomic
 from evidence.figures import COLORS, DPI, RC, REPEAT_MARKERS
@@ -31,25 +32,27 @@ from evidence.resources import TEMPLATES
 INDEX_FIGURE = "index_throughput.png"
 
 
-def index_entry(run_id: str, analysis: dict, report_href: str, **extra: Any) -> dict:
-    """What the index shows of one run, from its analysis.json dict; `report_href` links its report.html
-    relative to the index page (e.g. "report/h200-default/report.html" for an index in data/)."""
-    c = analysis["completeness"]
-    head = headline(analysis)  # the verdict lines and the caveats of the run report's headline, worked out once
+def index_entry(run_id: str, analysis: Analysis | dict, report_href: str, **extra: Any) -> dict:
+    """What the index shows of one run, from its analysis (typed, or analysis.json's dict); `report_href` links
+    its report.html relative to the index page (e.g. "report/h200-default/report.html" for an index in data/)."""
+    a = as_analysis(analysis)
+    c = a.completeness
+    # the verdict lines and the caveats of the run report's headline, worked out once (layout reads the dict)
+    head = headline(analysis if isinstance(analysis, dict) else a.to_dict())
     by_point: dict[int, list[float]] = {}
-    for t in analysis["trials"]:
-        if t.get("status") == "present" and isinstance(t.get("output_throughput"), (int, float)):
-            by_point.setdefault(t["point"], []).append(t["output_throughput"])
+    for t in a.trials:
+        if t.present and isinstance(t.output_throughput, (int, float)):
+            by_point.setdefault(t.point, []).append(t.output_throughput)
     return {
-        "id": run_id, "title": analysis["spec"].get("title") or analysis["spec"]["name"],
-        "spec_name": analysis["spec"]["name"], "status": c.get("run_status") or "unknown",
-        "trials_present": c["trials_present"], "trials_planned": c["trials_planned"],
-        "points": [{"point": p["point"], "label": p["label"], "mean": p["output_throughput"]["mean"],
-                    "cv": p["output_throughput"]["cv"], "values": by_point.get(p["point"], [])}
-                   for p in analysis["points"]],
-        "verdicts": head["verdicts"], "caveats": list(analysis.get("caveats") or []),
+        "id": run_id, "title": a.spec.title or a.spec.name,
+        "spec_name": a.spec.name, "status": c.run_status or "unknown",
+        "trials_present": c.trials_present, "trials_planned": c.trials_planned,
+        "points": [{"point": p.point, "label": p.label, "mean": p.output_throughput.mean,
+                    "cv": p.output_throughput.cv, "values": by_point.get(p.point, [])}
+                   for p in a.points],
+        "verdicts": head["verdicts"], "caveats": list(a.caveats),
         # the run report's headline caveats: the few that matter most, none restating a verdict
-        "headline_caveats": head["caveats"] if analysis.get("caveats") else [],
+        "headline_caveats": head["caveats"] if a.caveats else [],
         "report": report_href, **extra,
     }
 

@@ -14,7 +14,7 @@ from evidence.rundir import SUMMARY, RunDir
 from evidence.spec.plan import Trial
 
 
-class Progress:
+class SweepProgress:
     """A rich progress bar: overall trials, and the current trial with live output tok/s."""
 
     def __init__(self, total: int, done: int, enabled: bool, say: Callable[..., Any] | None = None):

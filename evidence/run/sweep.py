@@ -20,7 +20,7 @@ from evidence.canon import write_atomic, write_json
 from evidence.engines import adapter_class
 from evidence.records import dumps_line, write_records
 from evidence.run.interleave import run_interleaved
-from evidence.run.progress import Progress
+from evidence.run.progress import SweepProgress
 from evidence.run.session import (Hooks, RunError, log_tail, make_prompts, record_provenance, served_name,
                                   start_engine, trial_config, warmup_failure)
 from evidence.run.signals import Interrupts
@@ -91,7 +91,7 @@ def _ensure_session(ctx: RunContext, trial: Trial, first_in_call: bool) -> None:
 def run_trials(ctx: RunContext, total: int, todo: list[Trial], *, progress: bool) -> None:
     """Run `todo` in order (each complete or set aside); `total`: trials in the whole plan (for progress)."""
     sw = ctx.spec.sweep
-    bar = Progress(total, total - len(todo), enabled=progress, say=ctx.say)
+    bar = SweepProgress(total, total - len(todo), enabled=progress, say=ctx.say)
     try:
         for k, trial in enumerate(todo):
             _ensure_session(ctx, trial, first_in_call=(k == 0))
@@ -110,7 +110,7 @@ def run_trials(ctx: RunContext, total: int, todo: list[Trial], *, progress: bool
         bar.close()
 
 
-def measure(ctx: RunContext, trial: Trial, bar: Progress) -> dict:
+def measure(ctx: RunContext, trial: Trial, bar: SweepProgress) -> dict:
     """One trial: complete under trials/<id>/, or set aside under aborted/<id>/ (and raise)."""
     from evidence.loadgen import trial as loadgen
     from evidence.metrics import trial_metrics

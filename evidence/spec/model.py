@@ -435,7 +435,7 @@ else:
     LatencyMetric = Literal[REPORTED_METRICS]
 
 
-class Analysis(_Model):
+class AnalysisSection(_Model):
     comparisons: list[Comparison] = Field(default_factory=list)
     latency_metrics: list[LatencyMetric] = Field(default_factory=lambda: ["ttft", "tpot"])
     percentiles: list[Annotated[float, Field(gt=0, le=100)]] = Field(default_factory=lambda: [50.0, 99.0])
@@ -477,7 +477,7 @@ class Spec(_Model):
     workload: Workload
     sweep: Sweep
     profile: Profile = Field(default_factory=Profile)
-    analysis: Analysis = Field(default_factory=Analysis)
+    analysis: AnalysisSection = Field(default_factory=AnalysisSection)
     # arms: each server start runs one arm; sweep.sessions is a multiple of the arms (blocks of one start per arm)
     arms: list[Arm] = Field(default_factory=list, description="named variants of the engine (env, args) compared "
                                                               "start by start; empty: one engine")

@@ -22,7 +22,7 @@ from evidence.records import read_records
 from evidence.spec.model import Spec, spec_from_json
 from evidence.traces.load import load_trace
 from evidence.traces.model import TraceError
-from evidence.rundir import ENGINE, META, PROFILE, REQUESTS, RESOLVED_GLOB, SPEC_RESOLVED
+from evidence.rundir import ENGINE, META, PROFILE, PROFILE_JSON, REQUESTS, RESOLVED_GLOB, SPEC_RESOLVED
 
 TRACE_NAMES = (".pt.trace.json", ".pt.trace.json.gz", ".json.gz", ".json", ".sqlite")
 
@@ -70,10 +70,10 @@ def profile_of(run_dir: Path, given: Any = ...) -> dict[str, Any] | None:
 def analyze_profile(run_dir: Path) -> dict[str, Any] | None:
     """Analyses of every profiled point, or None when the run has no profile."""
     pdir = Path(run_dir) / PROFILE
-    if not (pdir / "profile.json").exists():
+    if not (pdir / PROFILE_JSON).exists():
         return None
     spec = spec_from_json((Path(run_dir) / SPEC_RESOLVED).read_text(encoding="utf-8"))
-    info = read_json(pdir / "profile.json")
+    info = read_json(pdir / PROFILE_JSON)
     rules = rules_from_spec(spec)
     budget, budget_src = _budget(Path(run_dir))
     points: dict[str, Any] = {}

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from evidence.traces.analyses import registry
-from evidence.traces.analyses.registry import ANALYSES, NEEDS, Analysis, analyze_trace
+from evidence.traces.analyses.registry import ANALYSES, NEEDS, TraceAnalysis, analyze_trace
 from evidence.traces.load import load_trace
 from trace_fixtures import ForwardSpec, cpu_only_kineto, vllm_scenario, write_kineto_json
 
@@ -33,7 +33,7 @@ def test_unmet_need_is_absent_with_its_reason_and_never_runs(trace, monkeypatch)
     def boom(ctx):
         raise AssertionError("an analysis whose need is unmet must not run")
 
-    monkeypatch.setattr(registry, "ANALYSES", ANALYSES + (Analysis("probe", ("layers",), boom, "test"),))
+    monkeypatch.setattr(registry, "ANALYSES", ANALYSES + (TraceAnalysis("probe", ("layers",), boom, "test"),))
     out = analyze_trace(trace)  # no layer count
     assert out["probe"]["absent"].startswith("no layer count given (--layers)")
     assert out["forwards"] == out["sustained"] == out["probe"]

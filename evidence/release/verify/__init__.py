@@ -9,8 +9,8 @@ from pathlib import Path
 from typing import Any
 
 from evidence.release.archive import safe_extract
-from evidence.release.files import Progress
-from evidence.release.progress import Phases
+from evidence.release.files import HashProgress
+from evidence.release.phases import Phases
 from evidence.release.regenerator import ENV_MODES
 from evidence.release.layout import BAGIT_TXT, MANIFEST, RELEASE_JSON, REQUIRED_FILES, TAGMANIFEST, ReleaseError
 from evidence.release.verify.context import CheckResult, VerifyContext, VerifyReport
@@ -20,7 +20,7 @@ __all__ = ["CHECK_IDS", "CHECKS", "CheckResult", "VerifyReport", "verify"]
 
 
 def verify(path: str | Path, *, repo: Any = None, regen: bool = True, workers: int | None = None,
-           progress: Progress | None = None, regen_env: str = "auto", phases: Phases | None = None,
+           progress: HashProgress | None = None, regen_env: str = "auto", phases: Phases | None = None,
            require_tag: bool = False) -> VerifyReport:
     """Run every check on a release folder or a release .tar; returns the report (never raises for a
     failed check). Raises ReleaseError (exit 2) when the path cannot be verified at all.

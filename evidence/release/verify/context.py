@@ -13,11 +13,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from evidence.release.files import FileDigest, Inventory, Progress, hash_files, inventory
+from evidence.release.files import FileDigest, Inventory, HashProgress, hash_files, inventory
 from evidence.release.layout import (BAG_INFO, DERIVED_ROLES, MANIFEST, PAYLOAD_DIR, RELEASE_JSON, TAG_READ_LIMIT,
                                      TAGMANIFEST, Finding, dig, path_key, payload_path, printable_tree)
 from evidence.release.manifest import ManifestEntry, parse_manifest
-from evidence.release.progress import NoPhases, Phases
+from evidence.release.phases import NoPhases, Phases
 from evidence.release.regen import run_regeneration
 from evidence.release.regenerator import UNVERIFIED_FLAG, RegenEnv, resolve
 
@@ -96,7 +96,7 @@ class VerifyContext:
     """What the checks share, computed once: the inventory, manifests, digests, release.json, repo."""
 
     def __init__(self, root: Path | None, source: Path, *, repo: Any, regen: bool, workers: int | None,
-                 progress: Progress | None, archive_problems: list[Finding] | None, is_archive: bool,
+                 progress: HashProgress | None, archive_problems: list[Finding] | None, is_archive: bool,
                  regen_env: str = "auto", phases: Phases | None = None, require_tag: bool = False):
         self.root, self.source, self.regen_enabled = root, source, regen
         self.require_tag = require_tag
@@ -312,7 +312,7 @@ class VerifyContext:
             self._regen_tmp.cleanup()
 
 
-def _bytes_phase(phases: Phases, key: str, title: str) -> Progress:
+def _bytes_phase(phases: Phases, key: str, title: str) -> HashProgress:
     """A hashing progress callback (bytes just read, total bytes) feeding one phase bar."""
     started = threading.Event()
     lock = threading.Lock()

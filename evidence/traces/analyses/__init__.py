@@ -23,7 +23,7 @@ from evidence.traces.analyses.forwards import (
 from evidence.traces.analyses.geometry import (
     GeometryGroup, GeometryReport, fa2_sequences, geometry_meaning, geometry_split,
 )
-from evidence.traces.analyses.registry import ANALYSES, Absent, Analysis, analyze_trace, as_dict
+from evidence.traces.analyses.registry import ANALYSES, Absent, TraceAnalysis, analyze_trace, as_dict
 from evidence.traces.analyses.steps import StepReport, StepRow, distribution, step_analysis
 from evidence.traces.analyses.window import KernelActive, Window, kernel_active, resolve_window, select_kernels, union_length
 
@@ -34,5 +34,5 @@ __all__ = [
     "resolve_window", "select_kernels", "union_length", "kernel_active",
     "load_rules", "classify", "families", "geometry_split", "geometry_meaning",
     "fa2_sequences", "reconstruct_forwards", "sustained_regime", "step_analysis",
-    "ANALYSES", "Absent", "Analysis", "analyze_trace", "as_dict", "distribution",
+    "ANALYSES", "Absent", "TraceAnalysis", "analyze_trace", "as_dict", "distribution",
 ]

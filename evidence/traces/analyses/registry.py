@@ -22,7 +22,7 @@ from evidence.traces.analyses.steps import step_analysis
 from evidence.traces.analyses.window import Window, kernel_active, resolve_window, select_kernels
 from evidence.traces.model import KernelTable, Trace, place_kernels_in_steps
 
-__all__ = ["Absent", "Analysis", "Context", "ANALYSES", "analyze_trace", "as_dict"]
+__all__ = ["Absent", "TraceAnalysis", "Context", "ANALYSES", "analyze_trace", "as_dict"]
 
 
 def as_dict(obj: Any) -> Any:
@@ -78,7 +78,7 @@ class Context:
 
 
 @dataclass(frozen=True)
-class Analysis:
+class TraceAnalysis:
     key: str
     needs: tuple[str, ...]
     run: Callable[[Context], Any]
@@ -161,19 +161,19 @@ def _steps(ctx: Context) -> Any:
     return step_analysis(ctx.kernels, ctx.trace.steps, budget=ctx.budget, window=ctx.window, step_of=ctx.step_of)
 
 
-ANALYSES: tuple[Analysis, ...] = (
-    Analysis("window", ("kernels",), lambda ctx: ctx.window, "the window every analysis below is clipped to"),
-    Analysis("kernel_active", ("kernels",),
-             lambda ctx: kernel_active(ctx.kernels, ctx.window, device=ctx.device, pid=ctx.pid),
-             "union of kernel intervals over the window"),
-    Analysis("families", ("kernels",),
-             lambda ctx: families(ctx.kernels, ctx.rules, ctx.window, output_tokens=ctx.output_tokens,
-                                  device=ctx.device, pid=ctx.pid),
-             "kernel time per family (ordered regex rules)"),
-    Analysis("geometry", ("kernels",), _geometry, "launch grids of attention and declared-geometry rules"),
-    Analysis("forwards", ("kernels", "layers"), _forwards, "model forwards from per-layer attention launches"),
-    Analysis("sustained", ("kernels", "layers"), _sustained, "plateau of forward population and duration"),
-    Analysis("steps", ("steps",), _steps, "vLLM engine steps and the kernels under each"),
+ANALYSES: tuple[TraceAnalysis, ...] = (
+    TraceAnalysis("window", ("kernels",), lambda ctx: ctx.window, "the window every analysis below is clipped to"),
+    TraceAnalysis("kernel_active", ("kernels",),
+                  lambda ctx: kernel_active(ctx.kernels, ctx.window, device=ctx.device, pid=ctx.pid),
+                  "union of kernel intervals over the window"),
+    TraceAnalysis("families", ("kernels",),
+                  lambda ctx: families(ctx.kernels, ctx.rules, ctx.window, output_tokens=ctx.output_tokens,
+                                       device=ctx.device, pid=ctx.pid),
+                  "kernel time per family (ordered regex rules)"),
+    TraceAnalysis("geometry", ("kernels",), _geometry, "launch grids of attention and declared-geometry rules"),
+    TraceAnalysis("forwards", ("kernels", "layers"), _forwards, "model forwards from per-layer attention launches"),
+    TraceAnalysis("sustained", ("kernels", "layers"), _sustained, "plateau of forward population and duration"),
+    TraceAnalysis("steps", ("steps",), _steps, "vLLM engine steps and the kernels under each"),
 )
 
 

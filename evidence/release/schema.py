@@ -81,6 +81,13 @@ class RunInfo(_Strict):
     problems_allowed: list[str]
 
 
+class Supersedes(_Strict):
+    tag: Annotated[str, Field(pattern=TAG_NAME.pattern)]
+    release_json_sha256: Sha256  # the superseded release's release.json as committed: the exact release meant
+    frozen: str | None
+    erratum: str | None  # the payload file holding the erratum (data/release/notes.md), when one was given
+
+
 class ReleaseMeta(_Strict):
     format: Literal[FORMAT]  # type: ignore[valid-type]
     tag: Annotated[str, Field(pattern=TAG_NAME.pattern)]
@@ -92,6 +99,7 @@ class ReleaseMeta(_Strict):
     runs: list[RunInfo]
     regenerate: Regenerate
     files: list[FileEntry]
+    supersedes: list[Supersedes] | None = None  # freeze --supersedes: absent in releases that supersede none
 
 
 def schema_problems(meta: object) -> list[Finding]:

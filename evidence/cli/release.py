@@ -186,6 +186,9 @@ def register(app: typer.Typer) -> None:
                                              "'Supersedes'; `evidence verify releases/OLD_TAG` then says so first)."),
         erratum: Optional[Path] = typer.Option(None, "--erratum", help="A Markdown file: the erratum to the release "
                                                "--supersedes names, added to the notes under '## Erratum to OLD_TAG'."),
+        compress_raw: bool = typer.Option(True, "--compress-raw/--no-compress-raw", help="Store the runs' request records, "
+                                          "telemetry and server logs gzipped (deterministic: level 9, mtime 0, no name; "
+                                          "release.json raw_compressed keeps each original's size and sha256)."),
         as_json: bool = typer.Option(False, "--json", help="Print the result as JSON."),
     ) -> None:
         import git
@@ -197,7 +200,7 @@ def register(app: typer.Typer) -> None:
         rdir = Path(releases_dir).resolve() if releases_dir else Path("releases")
         try:
             res = do_freeze(tag, [Path(r) for r in runs or []], root, releases_dir=rdir, allow=allow, notes=notes,
-                            supersedes=supersedes, erratum=erratum,
+                            supersedes=supersedes, erratum=erratum, compress_raw=compress_raw,
                             say=lambda s: err.print(s, markup=False) if not as_json else None)
         except ReleaseError as e:
             fail(str(e), e.code)

@@ -16,6 +16,7 @@ from evidence.canon import write_atomic
 from evidence.release.archive import build_tar
 from evidence.release.candidates import publish_command, runs_for_tag
 from evidence.release.chain import check_supersedes, erratum_section
+from evidence.release.compress import METHOD as COMPRESS_METHOD, NAMES as COMPRESS_NAMES, compress_raw as compress_raw_files
 from evidence.release.files import inventory
 from evidence.release.layout import (ALLOW_VALUES, CRATE, DERIVED_ROLES, FORMAT, MANIFEST, NOTES, PAYLOAD_DIR, RELEASE_DIR,
                                      REGEN_FUNCTIONS,
@@ -221,6 +222,7 @@ def freeze(
     notes: Path | None = None,
     supersedes: Iterable[str] = (),
     erratum: Path | None = None,
+    compress_raw: bool = False,
 ) -> FreezeResult:
     """Freeze runs into releases/<tag>/, a deterministic releases/<tag>.tar (+ .tar.sha256), one commit
     holding the folder and the .tar.sha256 (the .tar is left beside it, ignored by git: `evidence archive`
@@ -232,12 +234,14 @@ def freeze(
     `notes`: a Markdown file of the author's words (a reading, an erratum), kept as data/release/notes.md
     and shown first on the release's index page. `supersedes`: tags of releases committed here that this one
     supersedes (release.json "supersedes", bag-info "Supersedes"); `erratum`: a Markdown file appended to the notes
-    under "## Erratum to OLD" (one --supersedes with it)."""
+    under "## Erratum to OLD" (one --supersedes with it). `compress_raw`: store the run's large text files gzipped
+    (release.compress; release.json raw_compressed names each original's size and sha256)."""
     state: dict = {}
     try:
         with interruptible(state):
             return _freeze(tag, runs, repo_root, releases_dir=releases_dir, runs_dir=runs_dir, allow=allow,
-                           workers=workers, say=say, state=state, notes=notes, supersedes=list(supersedes), erratum=erratum)
+                           workers=workers, say=say, state=state, notes=notes, supersedes=list(supersedes), erratum=erratum,
+                           compress_raw=compress_raw)
     except Interrupted as e:
         raise ReleaseError(f"freeze of {tag} was interrupted by {signal_name(e.signum)}; nothing was released: the staging "
                            "folder and any release files were removed, nothing was committed or tagged.", 128 + e.signum) from None
@@ -245,7 +249,8 @@ def freeze(
 
 def _freeze(tag: str, runs: list[Path] | None, repo_root: Path, *, releases_dir: str | Path, runs_dir: str | Path,
             allow: Iterable[str], workers: int | None, say: Callable[[str], None], state: dict,
-            notes: Path | None = None, supersedes: list[str] | None = None, erratum: Path | None = None) -> FreezeResult:
+            notes: Path | None = None, supersedes: list[str] | None = None, erratum: Path | None = None,
+            compress_raw: bool = False) -> FreezeResult:
     allow = frozenset(allow)
     supersedes = list(dict.fromkeys(supersedes or []))
     notes_text = read_notes(notes) if notes is not None else None
@@ -318,6 +323,12 @@ def _freeze(tag: str, runs: list[Path] | None, repo_root: Path, *, releases_dir:
             copy_tree_files(p, staging / payload_path("raw", p.name), skip_top=DERIVED_ROLES)
             say(f"copied raw files of {p.name}")
         _refuse_bad_payload(staging, workers)
+        # 1b. the large text files stored gzipped (after the secret scan, which reads text); regenerated from as stored
+        originals = []
+        if compress_raw:
+            for p in run_paths:
+                originals += compress_raw_files(staging / payload_path("raw", p.name), payload_path("raw", p.name).rstrip("/"))
+            say(f"compressed {len(originals)} raw file(s) ({COMPRESS_METHOD})")
         # 2. derived, regenerated from the copied raw exactly as verify will
         work = staging / ".work"
         for p in run_paths:
@@ -374,6 +385,8 @@ def _freeze(tag: str, runs: list[Path] | None, repo_root: Path, *, releases_dir:
         }
         if sup_meta:
             meta["supersedes"] = sup_meta
+        if originals:
+            meta["raw_compressed"] = {"method": COMPRESS_METHOD, "names": list(COMPRESS_NAMES), "originals": originals}
         meta = seal(staging, meta, workers=workers)
         digests = {n: sha256_bytes((staging / n).read_bytes()) for n in (MANIFEST, TAGMANIFEST, RELEASE_JSON)}
         # 5. into place, then the archive beside it

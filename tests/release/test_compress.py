@@ -79,3 +79,27 @@ def test_the_compressed_release_verifies_with_regeneration(pair):
     rep = verify.verify(gz, regen_env="current")
     assert rep.ok, {c.id: c.message for c in rep.failed}
     assert rep.by_id()["regen.analysis"].status == "pass" and rep.by_id()["metadata.schema"].status == "pass"
+
+
+def test_a_resealed_edit_of_a_compressed_file_fails_its_original(pair, tmp_path):
+    import shutil
+
+    from evidence.release import metadata
+
+    _, gz = pair
+    rel = tmp_path / "v1"
+    shutil.copytree(gz, rel)
+    meta = json.loads((rel / "release.json").read_text())
+    path = next(o["path"] for o in meta["raw_compressed"]["originals"] if o["path"].endswith("requests.jsonl.gz"))
+    raw = gzip.decompress((rel / path).read_bytes())
+    (rel / path).write_bytes(gzip_bytes(raw.replace(b'"', b"'", 1)))  # an edited record, same size
+    metadata.seal(rel, meta)  # manifests and release.json files rewritten to agree: fixity passes
+    rep = verify.verify(rel, regen=False)
+    assert {c.id for c in rep.failed} >= {"metadata.originals"}
+    assert rep.by_id()["fixity.payload"].status == "pass"
+    assert rep.by_id()["metadata.originals"].findings[0].path == path
+    # a stream that is not gzip is said to be one, never a traceback
+    (rel / path).write_bytes(b"not gzip")
+    metadata.seal(rel, meta)
+    rep = verify.verify(rel, regen=False)
+    assert "does not decompress" in rep.by_id()["metadata.originals"].findings[0].message

@@ -115,6 +115,7 @@ def test_untouched_release_passes_every_check(frozen):
     assert rep.exit_code == 0, [(c.id, c.message, c.findings[:2]) for c in rep.failed]
     assert status.pop("archive.members") == "skip"  # a folder, not an archive
     assert status.pop("git.head") == "skip"  # the tag is here: git.files compares with the tagged commit
+    assert status.pop("metadata.originals") == "skip"  # raw stored as recorded (test_compress.py: stored gzipped)
     assert set(status.values()) == {"pass"}, status
     assert rep.regeneration["state"] == "checked"
 

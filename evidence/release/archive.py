@@ -263,7 +263,8 @@ def published_sha256(release_dir: Path) -> str | None:
     side = Path(release_dir).with_name(Path(release_dir).name + ".tar.sha256")
     if not side.is_file():
         return None
-    first = side.read_text(encoding="utf-8", errors="replace").split()[:1]
+    with open(side, "rb") as f:  # "<sha256>  NAME.tar\n": the first 4 KiB hold it (never a whole hostile file)
+        first = f.read(4096).decode("utf-8", "replace").split()[:1]
     return first[0] if first else ""
 
 

@@ -10,16 +10,17 @@ from typing import Any
 
 from evidence.canon import write_atomic
 from evidence.release.archive import published_sha256
-from evidence.release.chain import NOTES_PATH, current_of, release_folders, superseded_by
+from evidence.release.chain import NOTES_PATH, current_of, release_folders, small_file, superseded_by
 from evidence.release.layout import PAYLOAD_DIR, RELEASE_DIR, RELEASE_JSON, ReleaseError, dig
 
 CATALOG = "README.md"
 
 
 def _json(p: Path) -> Any:
+    b = small_file(p)  # a folder here may be hostile: never read whole when larger than any file freeze writes
     try:
-        return json.loads(p.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        return json.loads(b) if b is not None else None
+    except (ValueError, RecursionError):
         return None
 
 
@@ -45,10 +46,7 @@ def reading(folder: Path, meta: dict) -> str:
     """The release's one-line reading: the title of its notes, if any, then each run's declared comparisons
     as its own analysis states them."""
     parts = []
-    try:
-        notes = (folder / NOTES_PATH).read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError):
-        notes = ""
+    notes = (small_file(folder / NOTES_PATH) or b"").decode("utf-8", "replace")
     title = next((ln[2:].strip() for ln in notes.splitlines() if ln.startswith("# ")), "")
     tag = meta.get("tag", folder.name)
     if title.startswith(f"{tag}:"):

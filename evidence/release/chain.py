@@ -13,25 +13,36 @@ import re
 from pathlib import Path
 from typing import Any
 
-from evidence.release.layout import NOTES, PAYLOAD_DIR, RELEASE_DIR, RELEASE_JSON, TAG_NAME, ReleaseError, dig
+from evidence.release.layout import (NOTES, PAYLOAD_DIR, RELEASE_DIR, RELEASE_JSON, TAG_NAME, TAG_READ_LIMIT, ReleaseError,
+                                     dig)
 
 ERRATUM_HEADING = re.compile(r"(?m)^#{1,3}[ \t]+Erratum (?:to|of|for)[ \t]+`?([A-Za-z0-9][A-Za-z0-9._-]*?)`?[ \t]*$")
 NOTES_PATH = f"{PAYLOAD_DIR}/{RELEASE_DIR}/{NOTES}"
 
 
-def _meta(folder: Path) -> dict:
+def small_file(p: Path) -> bytes | None:
+    """A file of another release, read only when it is a regular file no larger than any tag file freeze writes
+    (a folder beside the one verified may be hostile: a sparse 1 TiB release.json is never read)."""
     try:
-        m = json.loads((folder / RELEASE_JSON).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        if p.is_symlink() or not p.is_file() or p.stat().st_size > TAG_READ_LIMIT:
+            return None
+        return p.read_bytes()
+    except OSError:
+        return None
+
+
+def _meta(folder: Path) -> dict:
+    b = small_file(folder / RELEASE_JSON)
+    try:
+        m = json.loads(b) if b is not None else {}
+    except (ValueError, RecursionError):  # RecursionError: hostile nesting
         return {}
     return m if isinstance(m, dict) else {}
 
 
 def _notes(folder: Path) -> str:
-    try:
-        return (folder / NOTES_PATH).read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError):
-        return ""
+    b = small_file(folder / NOTES_PATH)
+    return b.decode("utf-8", "replace") if b is not None else ""
 
 
 def declared(folder: Path) -> list[dict[str, str]]:
@@ -54,10 +65,13 @@ def release_folders(releases: Path) -> dict[str, Path]:
             if p.is_dir() and not p.is_symlink() and not p.name.startswith(".") and (p / RELEASE_JSON).is_file()}
 
 
-def superseded_by(releases: Path) -> dict[str, list[dict[str, str]]]:
-    """old tag -> [{"tag": newer tag, "how"}] over every release folder here."""
+def superseded_by(releases: Path, skip: Path | None = None) -> dict[str, list[dict[str, str]]]:
+    """old tag -> [{"tag": newer tag, "how"}] over every release folder here (but `skip`: a release never declares
+    its own successor, so verify does not read the release it checks through this path)."""
     out: dict[str, list[dict[str, str]]] = {}
     for tag, folder in release_folders(releases).items():
+        if skip is not None and folder.resolve() == skip.resolve():
+            continue
         for d in declared(folder):
             out.setdefault(d["tag"], []).append({"tag": tag, "how": d["how"]})
     return out
@@ -81,7 +95,7 @@ def supersession(release_dir: Path, tag: str | None = None) -> dict[str, Any] | 
     releases are current at the end of the chain. None when nothing here supersedes it."""
     release_dir = Path(release_dir)
     tag = tag or release_dir.name
-    sup = superseded_by(release_dir.parent)
+    sup = superseded_by(release_dir.parent, skip=release_dir)
     if tag not in sup:
         return None
     by = sorted(sup[tag], key=lambda n: n["tag"])

@@ -15,6 +15,7 @@ from evidence import __version__
 from evidence.canon import write_atomic
 from evidence.release.archive import build_tar
 from evidence.release.candidates import publish_command, runs_for_tag
+from evidence.release.catalog import CATALOG, render_catalog
 from evidence.release.chain import check_supersedes, erratum_section
 from evidence.release.compress import METHOD as COMPRESS_METHOD, NAMES as COMPRESS_NAMES, compress_raw as compress_raw_files
 from evidence.release.files import inventory
@@ -182,6 +183,22 @@ def _ignore_archives(repo: Any, releases: Path, tar_path: Path) -> tuple[list[Pa
                                                                "`evidence archive releases/NAME`; only NAME.tar.sha256 is committed\n")
     write_atomic(gi, old + ("" if old.endswith("\n") or not old else "\n") + ARCHIVE_IGNORE + "\n")
     return [gi], was
+
+
+def _write_index(releases: Path, say: Callable[[str], None]) -> tuple[list[Path], str | None]:
+    """releases/README.md with the new release in it (release.catalog), committed with it. Returns (the file, if
+    changed; its text before, None when new). An index that cannot be built never stops a release: it is said."""
+    out = releases / CATALOG
+    was = out.read_text(encoding="utf-8") if out.is_file() else None
+    try:
+        text = render_catalog(releases)
+    except Exception as e:  # a folder beside it this code cannot read: the release stands, the index waits
+        say(f"releases/{CATALOG} not updated ({type(e).__name__}: {e}); run `evidence releases index` and commit it")
+        return [], None
+    if text == was:
+        return [], None
+    write_atomic(out, text)
+    return [out], was
 
 
 def tag_message(tag: str, commit: str | None, digests: dict[str, str], tar_sha: str) -> str:
@@ -408,16 +425,17 @@ def _freeze(tag: str, runs: list[Path] | None, repo_root: Path, *, releases_dir:
                f"{n_files} payload files, {n_bytes} bytes.\n\n" + tag_message(tag, None, digests, tar_sha).split("\n", 2)[2])
         with critical(state):  # SIGTERM/SIGHUP wait: the commit and its tag go together
             ignore, ignore_was = _ignore_archives(repo, releases, tar_path)
-            paths = [str(p.relative_to(repo_root)) for p in (final, sha_path, *ignore)]
+            index, index_was = _write_index(releases, say)
+            paths = [str(p.relative_to(repo_root)) for p in (final, sha_path, *ignore, *index)]
             try:
                 repo.git.add("-f", "--", *paths)
                 repo.git.commit("--no-verify", "-q", "-m", msg, "--", *paths)
             except git.GitCommandError as e:
                 with contextlib.suppress(git.GitCommandError):
                     repo.git.reset("-q", "--", *paths)
-                for p in ignore:  # the ignore rule goes with the release it was written for
-                    if ignore_was is not None:
-                        write_atomic(p, ignore_was)
+                for p, was in [(p, ignore_was) for p in ignore] + [(p, index_was) for p in index]:
+                    if was is not None:  # the ignore rule and the index go with the release they were written for
+                        write_atomic(p, was)
                     else:
                         p.unlink()
                 raise ReleaseError(f"git could not commit the release ({(e.stderr or str(e)).strip()}); nothing was committed or tagged. "

@@ -103,8 +103,13 @@ def test_the_releases_index_lists_every_release_with_its_status(chain, tmp_path)
     assert "superseded by v2 (release.json supersedes); current: v3 |" in rows["| [v1](v1/data/release/index.md)"]
     assert "- Reading: The corrected reading. run-two: C" in text  # notes' title, then the run's own verdicts
     assert "`evidence verify releases/v2`" in text
+    # each freeze committed the index with its release: the last one lists all three
+    assert (rel / "README.md").read_text() == text
+    assert git(chain, "show", "--name-only", "--format=", "v3").splitlines().count("releases/README.md") == 1
     work = tmp_path / "repo"
     shutil.copytree(chain, work, symlinks=True)
+    assert _cli("releases", "index", "--check", cwd=work).returncode == 0
+    (work / "releases/README.md").write_text("stale\n")
     assert _cli("releases", "index", "--check", cwd=work).returncode == 1
     assert _cli("releases", "index", cwd=work).returncode == 0
     assert (work / "releases/README.md").read_text() == text
@@ -118,3 +123,17 @@ def test_the_committed_releases_index_is_what_the_committed_folders_give():
     assert (ROOT / "releases/README.md").read_text(encoding="utf-8") == catalog.render_catalog(ROOT / "releases")
     rep = verify.verify(ROOT / "releases/article1-h200-v1.0", regen=False)
     assert rep.superseded["superseded_by"][0]["tag"] == "article1-h200-v1.1" and not rep.failed
+
+
+def test_hostile_folders_beside_the_release_are_never_read_whole_nor_a_traceback(chain, tmp_path):
+    work = tmp_path / "repo"
+    shutil.copytree(chain, work, symlinks=True)
+    deep, big = work / "releases/deep", work / "releases/big"
+    deep.mkdir()
+    (deep / "release.json").write_text("[" * 100000)
+    big.mkdir()
+    with open(big / "release.json", "wb") as f:
+        f.truncate(1 << 40)  # sparse: reading it would take hours
+    rep = verify.verify(work / "releases/v1", regen=False)
+    assert rep.ok and [n["tag"] for n in rep.superseded["superseded_by"]] == ["v2"]
+    assert "| [deep](deep/) | ? | current |" in catalog.render_catalog(work / "releases")

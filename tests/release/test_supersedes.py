@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -37,7 +38,11 @@ def chain(tmp_path_factory):
     notes = base / "notes.md"
     notes.write_text("# v2: the corrected reading\n\nNothing is decided.\n")
     freeze.freeze("v2", [build_run(repo / "runs", run_id="run-two")], repo, supersedes=["v1"], erratum=erratum, notes=notes)
-    freeze.freeze("v3", [build_run(repo / "runs", run_id="run-three")], repo, supersedes=["v2"])
+    # v3 through the command line, as a user freezes: --supersedes, and the raw records gzipped (the CLI's default)
+    build_run(repo / "runs", run_id="run-three")
+    p = subprocess.run([sys.executable, "-c", CLI, "freeze", "--tag", "v3", "--supersedes", "v2", "runs/run-three"], cwd=repo,
+                       capture_output=True, text=True, env={**os.environ, "SOURCE_DATE_EPOCH": str(SDE)})
+    assert p.returncode == 0, p.stdout + p.stderr
     return repo
 
 
@@ -51,10 +56,12 @@ def test_the_new_release_records_what_it_supersedes(chain):
     assert notes.startswith("# v2: the corrected reading") and "## Erratum to v1\n\nv1 called C4 > C8 a finding" in notes
     assert "Supersedes: v1\n" in (rel / "v2" / "bag-info.txt").read_text()
     assert "supersedes" not in json.loads((rel / "v1" / "release.json").read_text())  # the old one is untouched
-    assert json.loads((rel / "v3" / "release.json").read_text())["supersedes"][0]["erratum"] is None
-    for t in ("v1", "v2", "v3"):  # the new field passes every check (schema, canonical, bag-info rebuilt)
+    v3 = json.loads((rel / "v3" / "release.json").read_text())
+    assert v3["supersedes"][0]["erratum"] is None and v3["raw_compressed"]["originals"]
+    for t in ("v1", "v2", "v3"):  # the new fields pass every check (schema, canonical, bag-info rebuilt)
         rep = verify.verify(rel / t, regen=False)
         assert rep.ok, {c.id: c.message for c in rep.failed}
+    assert rep.by_id()["metadata.originals"].status == "pass"
 
 
 def test_verify_of_the_old_release_says_so_first_and_keeps_its_verdict(chain, tmp_path):

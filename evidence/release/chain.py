@@ -13,8 +13,16 @@ import re
 from pathlib import Path
 from typing import Any
 
-from evidence.release.layout import (NOTES, PAYLOAD_DIR, RELEASE_DIR, RELEASE_JSON, TAG_NAME, TAG_READ_LIMIT, ReleaseError,
-                                     dig)
+from evidence.release.layout import (
+    NOTES,
+    PAYLOAD_DIR,
+    RELEASE_DIR,
+    RELEASE_JSON,
+    TAG_NAME,
+    TAG_READ_LIMIT,
+    ReleaseError,
+    dig,
+)
 
 ERRATUM_HEADING = re.compile(r"(?m)^#{1,3}[ \t]+Erratum (?:to|of|for)[ \t]+`?([A-Za-z0-9][A-Za-z0-9._-]*?)`?[ \t]*$")
 NOTES_PATH = f"{PAYLOAD_DIR}/{RELEASE_DIR}/{NOTES}"
@@ -50,19 +58,28 @@ def declared(folder: Path) -> list[dict[str, str]]:
     meta = _meta(folder)
     sup = meta.get("supersedes")
     if isinstance(sup, list):
-        return [{"tag": s["tag"], "how": f"{RELEASE_JSON} supersedes"} for s in sup
-                if isinstance(s, dict) and isinstance(s.get("tag"), str)]
+        return [
+            {"tag": s["tag"], "how": f"{RELEASE_JSON} supersedes"}
+            for s in sup
+            if isinstance(s, dict) and isinstance(s.get("tag"), str)
+        ]
     own = meta.get("tag", folder.name)
-    return [{"tag": t, "how": f"{NOTES_PATH}: 'Erratum to {t}'"}
-            for t in dict.fromkeys(ERRATUM_HEADING.findall(_notes(folder))) if t != own]
+    return [
+        {"tag": t, "how": f"{NOTES_PATH}: 'Erratum to {t}'"}
+        for t in dict.fromkeys(ERRATUM_HEADING.findall(_notes(folder)))
+        if t != own
+    ]
 
 
 def release_folders(releases: Path) -> dict[str, Path]:
     """tag -> folder: every folder under releases/ that holds a release.json (hidden staging folders excluded)."""
     if not Path(releases).is_dir():
         return {}
-    return {p.name: p for p in sorted(Path(releases).iterdir())
-            if p.is_dir() and not p.is_symlink() and not p.name.startswith(".") and (p / RELEASE_JSON).is_file()}
+    return {
+        p.name: p
+        for p in sorted(Path(releases).iterdir())
+        if p.is_dir() and not p.is_symlink() and not p.name.startswith(".") and (p / RELEASE_JSON).is_file()
+    }
 
 
 def superseded_by(releases: Path, skip: Path | None = None) -> dict[str, list[dict[str, str]]]:
@@ -100,18 +117,33 @@ def supersession(release_dir: Path, tag: str | None = None) -> dict[str, Any] | 
         return None
     by = sorted(sup[tag], key=lambda n: n["tag"])
     folders = release_folders(release_dir.parent)
-    return {"tag": tag, "superseded_by": [{**n, "path": (folders[n["tag"]]).as_posix(),
-                                            "erratum": (folders[n["tag"]] / NOTES_PATH).as_posix()
-                                            if (folders[n["tag"]] / NOTES_PATH).is_file() else None} for n in by],
-            "current": current_of(tag, sup)}
+    return {
+        "tag": tag,
+        "superseded_by": [
+            {
+                **n,
+                "path": (folders[n["tag"]]).as_posix(),
+                "erratum": (folders[n["tag"]] / NOTES_PATH).as_posix()
+                if (folders[n["tag"]] / NOTES_PATH).is_file()
+                else None,
+            }
+            for n in by
+        ],
+        "current": current_of(tag, sup),
+    }
 
 
 def supersession_text(s: dict[str, Any]) -> str:
-    by = "; ".join(f"{n['tag']} (declared in its {n['how']}" + (f"; erratum: {n['erratum']}" if n["erratum"] else "") + ")"
-                   for n in s["superseded_by"])
+    by = "; ".join(
+        f"{n['tag']} (declared in its {n['how']}" + (f"; erratum: {n['erratum']}" if n["erratum"] else "") + ")"
+        for n in s["superseded_by"]
+    )
     cur = [c for c in s["current"] if c not in {n["tag"] for n in s["superseded_by"]}]
-    return (f"SUPERSEDED: {s['tag']} is superseded by {by}." + (f" The current release of this chain: {', '.join(cur)}." if cur else "")
-            + " Its files are checked below as frozen; read the newer release for what the evidence supports.")
+    return (
+        f"SUPERSEDED: {s['tag']} is superseded by {by}."
+        + (f" The current release of this chain: {', '.join(cur)}." if cur else "")
+        + " Its files are checked below as frozen; read the newer release for what the evidence supports."
+    )
 
 
 def check_supersedes(old: list[str], tag: str, repo: Any, releases: Path, repo_root: Path) -> list[dict[str, Any]]:
@@ -122,8 +154,10 @@ def check_supersedes(old: list[str], tag: str, repo: Any, releases: Path, repo_r
     out = []
     for o in old:
         if not TAG_NAME.fullmatch(o) or o == tag:
-            raise ReleaseError(f"--supersedes {o!r}: give the tag of an earlier release (a folder under releases/), "
-                               f"not {'the new tag itself' if o == tag else 'a path or an odd name'}.")
+            raise ReleaseError(
+                f"--supersedes {o!r}: give the tag of an earlier release (a folder under releases/), "
+                f"not {'the new tag itself' if o == tag else 'a path or an odd name'}."
+            )
         folder = releases / o
         rel = (folder / RELEASE_JSON).relative_to(repo_root).as_posix()
         try:
@@ -132,13 +166,20 @@ def check_supersedes(old: list[str], tag: str, repo: Any, releases: Path, repo_r
             blob = None
         if blob is None or not folder.is_dir():
             known = ", ".join(release_folders(releases)) or "none"
-            raise ReleaseError(f"--supersedes {o}: {rel} is not committed in this repository at HEAD, so {o} is not a "
-                               f"committed release folder here (committed releases: {known}). A release can only "
-                               "supersede one whose frozen files this repository holds; check the tag's spelling.")
+            raise ReleaseError(
+                f"--supersedes {o}: {rel} is not committed in this repository at HEAD, so {o} is not a "
+                f"committed release folder here (committed releases: {known}). A release can only "
+                "supersede one whose frozen files this repository holds; check the tag's spelling."
+            )
         data = blob.data_stream.read()
         meta = json.loads(data.decode("utf-8")) if data else {}
-        out.append({"tag": o, "release_json_sha256": hashlib.sha256(data).hexdigest(),
-                    "frozen": dig(meta, "freeze", "date") if isinstance(dig(meta, "freeze", "date"), str) else None})
+        out.append(
+            {
+                "tag": o,
+                "release_json_sha256": hashlib.sha256(data).hexdigest(),
+                "frozen": dig(meta, "freeze", "date") if isinstance(dig(meta, "freeze", "date"), str) else None,
+            }
+        )
     return out
 
 

@@ -35,17 +35,30 @@ def compress_raw(raw: Path, prefix: str) -> list[dict]:
     """Replace every file under `raw` whose name matches NAMES by NAME.gz. Returns the originals
     [{"path": <prefix>/<rel>.gz, "bytes", "sha256"}] (of the bytes as recorded), sorted by path."""
     raw = Path(raw)
-    todo = sorted((p for p in raw.rglob("*") if p.is_file() and not p.is_symlink()
-                   and any(fnmatch.fnmatchcase(p.name, n) for n in NAMES)), key=lambda p: path_key(p.as_posix()))
+    todo = sorted(
+        (
+            p
+            for p in raw.rglob("*")
+            if p.is_file() and not p.is_symlink() and any(fnmatch.fnmatchcase(p.name, n) for n in NAMES)
+        ),
+        key=lambda p: path_key(p.as_posix()),
+    )
     out = []
     for p in todo:
         gz = p.with_name(p.name + GZ)
         if gz.exists():
-            raise ReleaseError(f"{p.relative_to(raw)} and {gz.relative_to(raw)} are both in the run; the release stores "
-                               f"the first compressed as the second, so one would hide the other. Keep one.")
+            raise ReleaseError(
+                f"{p.relative_to(raw)} and {gz.relative_to(raw)} are both in the run; the release stores "
+                f"the first compressed as the second, so one would hide the other. Keep one."
+            )
         data = p.read_bytes()
         write_atomic(gz, gzip_bytes(data))
         os.unlink(p)
-        out.append({"path": f"{prefix}/{gz.relative_to(raw).as_posix()}", "bytes": len(data),
-                    "sha256": hashlib.sha256(data).hexdigest()})
+        out.append(
+            {
+                "path": f"{prefix}/{gz.relative_to(raw).as_posix()}",
+                "bytes": len(data),
+                "sha256": hashlib.sha256(data).hexdigest(),
+            }
+        )
     return out

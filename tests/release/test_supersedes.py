@@ -37,11 +37,18 @@ def chain(tmp_path_factory):
     erratum.write_text("v1 called C4 > C8 a finding; its interval includes zero.\n")
     notes = base / "notes.md"
     notes.write_text("# v2: the corrected reading\n\nNothing is decided.\n")
-    freeze.freeze("v2", [build_run(repo / "runs", run_id="run-two")], repo, supersedes=["v1"], erratum=erratum, notes=notes)
+    freeze.freeze(
+        "v2", [build_run(repo / "runs", run_id="run-two")], repo, supersedes=["v1"], erratum=erratum, notes=notes
+    )
     # v3 through the command line, as a user freezes: --supersedes, and the raw records gzipped (the CLI's default)
     build_run(repo / "runs", run_id="run-three")
-    p = subprocess.run([sys.executable, "-c", CLI, "freeze", "--tag", "v3", "--supersedes", "v2", "runs/run-three"], cwd=repo,
-                       capture_output=True, text=True, env={**os.environ, "SOURCE_DATE_EPOCH": str(SDE)})
+    p = subprocess.run(
+        [sys.executable, "-c", CLI, "freeze", "--tag", "v3", "--supersedes", "v2", "runs/run-three"],
+        cwd=repo,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "SOURCE_DATE_EPOCH": str(SDE)},
+    )
     assert p.returncode == 0, p.stdout + p.stderr
     return repo
 
@@ -50,10 +57,18 @@ def test_the_new_release_records_what_it_supersedes(chain):
     rel = chain / "releases"
     meta = json.loads((rel / "v2" / "release.json").read_text())
     old = (rel / "v1" / "release.json").read_bytes()
-    assert meta["supersedes"] == [{"tag": "v1", "release_json_sha256": hashlib.sha256(old).hexdigest(),
-                                   "frozen": json.loads(old)["freeze"]["date"], "erratum": "data/release/notes.md"}]
+    assert meta["supersedes"] == [
+        {
+            "tag": "v1",
+            "release_json_sha256": hashlib.sha256(old).hexdigest(),
+            "frozen": json.loads(old)["freeze"]["date"],
+            "erratum": "data/release/notes.md",
+        }
+    ]
     notes = (rel / "v2" / "data/release/notes.md").read_text()
-    assert notes.startswith("# v2: the corrected reading") and "## Erratum to v1\n\nv1 called C4 > C8 a finding" in notes
+    assert (
+        notes.startswith("# v2: the corrected reading") and "## Erratum to v1\n\nv1 called C4 > C8 a finding" in notes
+    )
     assert "Supersedes: v1\n" in (rel / "v2" / "bag-info.txt").read_text()
     assert "supersedes" not in json.loads((rel / "v1" / "release.json").read_text())  # the old one is untouched
     v3 = json.loads((rel / "v3" / "release.json").read_text())
@@ -87,9 +102,11 @@ def test_freeze_refuses_what_is_not_a_committed_release(chain, tmp_path):
     work = tmp_path / "repo"
     shutil.copytree(chain, work, symlinks=True)
     run = build_run(work / "runs", run_id="run-four")
-    for args, words in ((["--supersedes", "v0"], "is not a committed release folder here"),
-                        (["--supersedes", "v4"], "not the new tag itself"),
-                        (["--erratum", "nowhere.md"], "exactly one --supersedes")):
+    for args, words in (
+        (["--supersedes", "v0"], "is not a committed release folder here"),
+        (["--supersedes", "v4"], "not the new tag itself"),
+        (["--erratum", "nowhere.md"], "exactly one --supersedes"),
+    ):
         p = _cli("freeze", "--tag", "v4", *args, str(run), cwd=work)
         assert p.returncode == 2 and words in " ".join(p.stderr.split()) and "Traceback" not in p.stderr, p.stderr
     # a folder that is there but not committed is not a release of this repository

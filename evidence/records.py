@@ -62,10 +62,28 @@ def write_records(path: Path, records: Iterable[RequestRecord]) -> None:
             f.write(dumps_line(r.as_dict()))
 
 
+GZ = ".gz"  # a release stores large raw files gzipped (evidence.release.compress): requests.jsonl -> requests.jsonl.gz
+
+
+def stored(path: Path) -> Path | None:
+    """The file as recorded: `path` itself, else `path`.gz as a release stores it; None when neither is a file."""
+    path = Path(path)
+    if path.is_file():
+        return path
+    gz = path.with_name(path.name + GZ)
+    return gz if gz.is_file() else None
+
+
+def read_text(path: Path) -> str:
+    """A recorded text file's UTF-8 text, read through gzip when it is stored compressed (see `stored`)."""
+    p = stored(path) or Path(path)  # neither: open the name asked for, so the error names it
+    if p.name.endswith(GZ) and not Path(path).name.endswith(GZ):
+        import gzip
+
+        with gzip.open(p, "rb") as f:
+            return f.read().decode("utf-8")
+    return p.read_text(encoding="utf-8")
+
+
 def read_records(path: Path) -> list[RequestRecord]:
-    out = []
-    with open(path, encoding="utf-8") as f:
-        for line in f:
-            if line.strip():
-                out.append(RequestRecord.from_dict(json.loads(line)))
-    return out
+    return [RequestRecord.from_dict(json.loads(line)) for line in read_text(path).splitlines() if line.strip()]

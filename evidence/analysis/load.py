@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from evidence.records import RequestRecord
+from evidence.records import RequestRecord, read_text, stored
 from evidence.spec.model import Spec, spec_from_json
 from evidence.rundir import (ENGINE, EVENTS, LOOKS, META, PLAN_JSON, PROFILE, REQUESTS, RUN_JSON, SPEC_RESOLVED, SUMMARY,
                              TELEMETRY, TRIALS)
@@ -165,9 +165,9 @@ def _load_trial(td: TrialData, d: Path) -> None:
         td.meta = _read_json(d / META)
     else:
         td.load_problems.append("meta.json is missing")
-    rq = d / REQUESTS
-    if rq.is_file():
-        for n, line in enumerate(rq.read_text(encoding="utf-8").splitlines(), start=1):
+    rq = stored(d / REQUESTS)  # requests.jsonl, or requests.jsonl.gz in a release
+    if rq is not None:
+        for n, line in enumerate(read_text(d / REQUESTS).splitlines(), start=1):
             if not line.strip():
                 continue
             try:
@@ -179,12 +179,12 @@ def _load_trial(td: TrialData, d: Path) -> None:
     tl = d / TELEMETRY
     tmeta = (td.meta or {}).get("telemetry")
     why = tmeta.get("reason") if isinstance(tmeta, dict) and tmeta.get("reason") else None
-    if not tl.is_file():
+    if stored(tl) is None:
         td.telemetry_absent = "no telemetry.jsonl in the trial" + (f" ({why})" if why else
                                                                    " (the server's metrics were not sampled)")
         return
     rows = []
-    for line in tl.read_text(encoding="utf-8").splitlines():
+    for line in read_text(tl).splitlines():
         if line.strip():
             try:
                 obj = json.loads(line)

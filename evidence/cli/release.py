@@ -17,6 +17,9 @@ from rich.markup import escape
 from rich.table import Table
 
 from evidence.canon import dumps
+from evidence.release.archive import archive_release
+from evidence.release.catalog import write_catalog
+from evidence.release.chain import supersession_text
 from evidence.release.freeze import freeze as do_freeze
 from evidence.release.layout import ReleaseError, printable
 from evidence.release.regenerator import UNVERIFIED_FLAG
@@ -26,9 +29,11 @@ FREEZE_HELP = """Freeze complete runs into a tagged, checksummed, BagIt-compatib
 
 Writes releases/<TAG>/ (bagit.txt, bag-info.txt, manifest-sha256.txt, tagmanifest-sha256.txt,
 release.json, data/raw|analysis|figures|report/<run-id>/, data/provenance/<run-id>.json), a
-deterministic releases/<TAG>.tar and its sha256 (releases/<TAG>.tar.sha256), commits those
-three paths (and nothing else) and creates the annotated git tag TAG on that commit; the tag
-message carries the sha256 of both manifests and of the tar.
+deterministic releases/<TAG>.tar and its sha256 (releases/<TAG>.tar.sha256), commits the folder
+and the sha256 (and releases/.gitignore when it must learn to ignore the tar; nothing else: the
+tar is rebuilt from the folder byte for byte by `evidence archive releases/<TAG>`, so it is never
+stored twice) and creates the annotated git tag TAG on that commit; the tag message carries the
+sha256 of both manifests and of the tar.
 
 The release holds exactly the runs you name. With no RUN, the tag names the spec (the tag without
 its version: article1-v1.0 -> spec article1) and its one complete run under runs/ is frozen; when
@@ -64,6 +69,23 @@ before anything is extracted, into a temporary folder.
 Exit 0: valid (every check passed, regeneration included). 1: a check failed. 2: could not verify
 (not a release, unreadable). 3: every check that ran passed, but regeneration was not checked: not
 possible here (a copy outside a clone that holds its code), or run with --run-unverified-code."""
+
+ARCHIVE_HELP = """Rebuild a release's .tar from its folder, byte for byte as freeze wrote it.
+
+Freeze commits only the folder and releases/<TAG>.tar.sha256; this writes releases/<TAG>.tar
+(or --out) again: sorted members, PAX format, uid/gid 0, modes 0755/0644, every mtime the
+release's SOURCE_DATE_EPOCH (release.json freeze.source_date_epoch). The stream is hashed before
+anything is written: when it does not match the committed .tar.sha256 nothing is written and the
+exit code is 1 (`evidence verify` says which files changed). An existing file is never
+overwritten: an identical one is reported as such, any other is refused (exit 2)."""
+
+INDEX_HELP = """Write releases/README.md: every release with its one-line reading, its status and how to verify it.
+
+Read from the release folders alone: release.json (date, runs, code), data/analysis/<run>/analysis.json
+(each declared comparison as that release's analysis states it), data/release/notes.md (its title, and
+"Erratum to TAG" sections). A release is "superseded by X" when X declares it (release.json
+'supersedes', written by `freeze --supersedes`, or an erratum heading in its notes), else "current".
+The same folders give the same bytes. --check writes nothing and exits 1 when the file is stale."""
 
 _STYLE = {"pass": "green", "fail": "bold red", "skip": "yellow"}
 
@@ -105,6 +127,8 @@ class _Bars:
 
 def print_report(rep: VerifyReport, console: Console) -> None:
     # every string here may quote a hostile name: printable() escapes undecodable bytes and control characters
+    if rep.superseded:  # first: the reader of an old release must learn before anything else that it was corrected
+        console.print(f"[bold yellow]{escape(printable(supersession_text(rep.superseded)))}[/]")
     t = Table(title=printable(f"verify {rep.path}" + (f" (tag {rep.tag})" if rep.tag else "")))
     t.add_column("check")
     t.add_column("status")
@@ -143,7 +167,7 @@ def print_report(rep: VerifyReport, console: Console) -> None:
 
 
 def register(app: typer.Typer) -> None:
-    """Add `freeze` and `verify` to the given app."""
+    """Add `freeze`, `archive` and `verify` to the given app."""
     from evidence.cli.common import err, fail, out
 
     @app.command("freeze", help=_reflow(FREEZE_HELP))
@@ -157,6 +181,14 @@ def register(app: typer.Typer) -> None:
         notes: Optional[Path] = typer.Option(None, "--notes", help="A Markdown file of your reading of the runs (an erratum "
                                              "of an earlier release, say): kept as data/release/notes.md and shown first "
                                              "on the release's index page."),
+        supersedes: List[str] = typer.Option([], "--supersedes", metavar="OLD_TAG", help="An earlier release committed "
+                                             "here that this one supersedes (release.json 'supersedes', bag-info "
+                                             "'Supersedes'; `evidence verify releases/OLD_TAG` then says so first)."),
+        erratum: Optional[Path] = typer.Option(None, "--erratum", help="A Markdown file: the erratum to the release "
+                                               "--supersedes names, added to the notes under '## Erratum to OLD_TAG'."),
+        compress_raw: bool = typer.Option(True, "--compress-raw/--no-compress-raw", help="Store the runs' request records, "
+                                          "telemetry and server logs gzipped (deterministic: level 9, mtime 0, no name; "
+                                          "release.json raw_compressed keeps each original's size and sha256)."),
         as_json: bool = typer.Option(False, "--json", help="Print the result as JSON."),
     ) -> None:
         import git
@@ -168,6 +200,7 @@ def register(app: typer.Typer) -> None:
         rdir = Path(releases_dir).resolve() if releases_dir else Path("releases")
         try:
             res = do_freeze(tag, [Path(r) for r in runs or []], root, releases_dir=rdir, allow=allow, notes=notes,
+                            supersedes=supersedes, erratum=erratum, compress_raw=compress_raw,
                             say=lambda s: err.print(s, markup=False) if not as_json else None)
         except ReleaseError as e:
             fail(str(e), e.code)
@@ -181,6 +214,45 @@ def register(app: typer.Typer) -> None:
             out.print(f"  {k:19} {v}", markup=False)
         out.print(f"check it with: evidence verify {res.release_dir}", markup=False)
         out.print(f"publish it with: {res.publish}", markup=False)
+
+    @app.command("archive", help=_reflow(ARCHIVE_HELP))
+    def archive(
+        release: Path = typer.Argument(..., help="A release folder (releases/<tag>)."),
+        out_path: Optional[Path] = typer.Option(None, "--out", help="Where to write the archive (default: releases/<tag>.tar beside the folder)."),
+        as_json: bool = typer.Option(False, "--json", help="Print the result as JSON."),
+    ) -> None:
+        try:
+            res = archive_release(release, out_path)
+        except ReleaseError as e:
+            if as_json:
+                sys.stdout.write(dumps({"release": printable(str(release)), "ok": False, "exit_code": e.code, "error": str(e)}))
+                raise typer.Exit(e.code)
+            fail(str(e), e.code)
+        if as_json:
+            sys.stdout.write(dumps({**res, "ok": True}))
+            return
+        what = "already there, identical" if res["existed"] else "written"
+        out.print(f"{res['archive']}: {what}, sha256 {res['sha256']}", markup=False)
+        if res["published_sha256"] is None:
+            out.print(f"(no {Path(res['release']).name}.tar.sha256 beside the folder to compare with)", markup=False)
+        else:
+            out.print(f"matches {Path(res['release']).name}.tar.sha256", markup=False)
+
+    releases_app = typer.Typer(help="The releases folder as a whole.", no_args_is_help=True)
+    app.add_typer(releases_app, name="releases")
+
+    @releases_app.command("index", help=_reflow(INDEX_HELP))
+    def index(
+        releases_dir: Path = typer.Option(Path("releases"), "--releases-dir", help="The folder holding the release folders."),
+        check: bool = typer.Option(False, "--check", help="Write nothing; exit 1 when README.md is not what the folders give."),
+    ) -> None:
+        try:
+            path, changed = write_catalog(releases_dir, check=check)
+        except ReleaseError as e:
+            fail(str(e), e.code)
+        if check and changed:
+            fail(f"{path} is not what the release folders give; run `evidence releases index` and commit it.", 1)
+        out.print(f"{path}: {'written' if changed else 'up to date'}", markup=False)
 
     @app.command("verify", help=_reflow(VERIFY_HELP))
     def verify(

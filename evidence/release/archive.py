@@ -16,7 +16,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from evidence.release.files import inventory
+from evidence.release.files import hash_file, inventory
 from evidence.release.layout import (BAG_INFO, CHUNK, MANIFEST, PAYLOAD_DIR, RELEASE_JSON, REQUIRED_FILES, TAG_READ_LIMIT,
                                      TAGMANIFEST, Finding, ReleaseError, path_key, printable)
 from evidence.release.manifest import parse_manifest
@@ -256,3 +256,51 @@ def safe_extract(tar_path: Path, dest: Path) -> tuple[Path | None, list[Finding]
                                "Check the free space and the file-size limit (ulimit -f), or verify the release folder.")
         top = members[0].name.split("/")[0]
     return dest / top, []
+
+
+def published_sha256(release_dir: Path) -> str | None:
+    """The sha256 committed beside the folder (releases/NAME.tar.sha256), or None when there is none."""
+    side = Path(release_dir).with_name(Path(release_dir).name + ".tar.sha256")
+    if not side.is_file():
+        return None
+    with open(side, "rb") as f:  # "<sha256>  NAME.tar\n": the first 4 KiB hold it (never a whole hostile file)
+        first = f.read(4096).decode("utf-8", "replace").split()[:1]
+    return first[0] if first else ""
+
+
+def archive_release(release_dir: Path, out: Path | None = None) -> dict:
+    """Rebuild releases/NAME.tar from the folder, byte for byte as freeze made it (mtime = release.json's
+    freeze.source_date_epoch). The stream is hashed first and compared with NAME.tar.sha256 beside the folder:
+    a folder that does not rebuild the published archive writes nothing (ReleaseError, exit 1). Never overwrites:
+    an existing file at `out` is kept, and said to be identical or refused."""
+    rel = Path(release_dir)
+    if not rel.is_dir() or not (rel / RELEASE_JSON).is_file():
+        raise ReleaseError(f"{rel} is not a release folder (no {RELEASE_JSON}); give releases/<tag>.")
+    try:
+        sde = json.loads((rel / RELEASE_JSON).read_bytes())["freeze"]["source_date_epoch"]
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise ReleaseError(f"{rel / RELEASE_JSON} does not give freeze.source_date_epoch ({type(e).__name__}: {e}); "
+                           "the archive's dates come from it, so it cannot be rebuilt.") from None
+    if type(sde) is not int:
+        raise ReleaseError(f"{rel / RELEASE_JSON}: freeze.source_date_epoch is {sde!r}, not whole seconds; cannot rebuild the archive.")
+    out = Path(out) if out is not None else rel.with_name(rel.name + ".tar")
+    published = published_sha256(rel)
+    sha = tar_sha256_of_folder(rel, mtime=sde)
+    res = {"release": str(rel), "archive": str(out), "sha256": sha, "published_sha256": published,
+           "matches_published": None if published is None else published == sha, "written": False, "existed": False}
+    if published is not None and published != sha:
+        raise ReleaseError(f"{rel} does not rebuild its published archive: the deterministic tar of the folder hashes to "
+                           f"{sha}, {rel.name}.tar.sha256 says {published}. The folder changed since it was frozen "
+                           f"(run `evidence verify {rel}`); nothing was written.", 1)
+    if out.exists() or out.is_symlink():
+        found = hash_file(out).sha256 if out.is_file() and not out.is_symlink() else None
+        if found != sha:
+            raise ReleaseError(f"{out} already exists and is not this folder's archive (sha256 {found}, the folder "
+                               f"rebuilds {sha}); it is never overwritten. Move it away, or pass --out.")
+        res["existed"] = True
+        return res
+    if build_tar(rel, out, mtime=sde) != sha:  # the folder changed while it was read
+        out.unlink()
+        raise ReleaseError(f"{rel} changed while its archive was written; nothing was kept. Try again.")
+    res["written"] = True
+    return res

@@ -15,6 +15,9 @@ from evidence import __version__
 from evidence.canon import write_atomic
 from evidence.release.archive import build_tar
 from evidence.release.candidates import publish_command, runs_for_tag
+from evidence.release.catalog import CATALOG, render_catalog
+from evidence.release.chain import check_supersedes, erratum_section
+from evidence.release.compress import METHOD as COMPRESS_METHOD, NAMES as COMPRESS_NAMES, compress_raw as compress_raw_files
 from evidence.release.files import inventory
 from evidence.release.layout import (ALLOW_VALUES, CRATE, DERIVED_ROLES, FORMAT, MANIFEST, NOTES, PAYLOAD_DIR, RELEASE_DIR,
                                      REGEN_FUNCTIONS,
@@ -160,6 +163,44 @@ def _refuse_bad_payload(staging: Path, workers: int | None) -> None:
                            + ". Redact them in the run directory (values shown masked) and freeze again.")
 
 
+ARCHIVE_IGNORE = "/*.tar"
+
+
+def _ignore_archives(repo: Any, releases: Path, tar_path: Path) -> tuple[list[Path], str | None]:
+    """Make the archive beside the folder an ignored file (so the tree stays clean for the next freeze):
+    releases/.gitignore gets the rule when git does not ignore it yet. Returns (the file to commit, if changed;
+    its text before, None when it was new)."""
+    import git
+
+    try:
+        repo.git.check_ignore("-q", str(tar_path))
+        return [], None
+    except git.GitCommandError:  # exit 1: not ignored
+        pass
+    gi = releases / ".gitignore"
+    was = gi.read_text(encoding="utf-8") if gi.is_file() else None
+    old = was if was is not None else ("# release archives: rebuilt from their folders by "
+                                                               "`evidence archive releases/NAME`; only NAME.tar.sha256 is committed\n")
+    write_atomic(gi, old + ("" if old.endswith("\n") or not old else "\n") + ARCHIVE_IGNORE + "\n")
+    return [gi], was
+
+
+def _write_index(releases: Path, say: Callable[[str], None]) -> tuple[list[Path], str | None]:
+    """releases/README.md with the new release in it (release.catalog), committed with it. Returns (the file, if
+    changed; its text before, None when new). An index that cannot be built never stops a release: it is said."""
+    out = releases / CATALOG
+    was = out.read_text(encoding="utf-8") if out.is_file() else None
+    try:
+        text = render_catalog(releases)
+    except Exception as e:  # a folder beside it this code cannot read: the release stands, the index waits
+        say(f"releases/{CATALOG} not updated ({type(e).__name__}: {e}); run `evidence releases index` and commit it")
+        return [], None
+    if text == was:
+        return [], None
+    write_atomic(out, text)
+    return [out], was
+
+
 def tag_message(tag: str, commit: str | None, digests: dict[str, str], tar_sha: str) -> str:
     lines = [f"evidence release {tag}", ""]
     lines += [f"{name} sha256:{digests[name]}" for name in (MANIFEST, TAGMANIFEST, RELEASE_JSON)]
@@ -172,17 +213,17 @@ def tag_message(tag: str, commit: str | None, digests: dict[str, str], tar_sha: 
 MAX_NOTES_BYTES = 1 << 20
 
 
-def read_notes(path: Path) -> str:
+def read_notes(path: Path, flag: str = "--notes") -> str:
     """The author's notes file: UTF-8 Markdown of at most 1 MiB, with no secret in it."""
     p = Path(path)
     if not p.is_file():
-        raise ReleaseError(f"--notes {p}: no such file; give a Markdown file of the release's reading (or erratum).")
+        raise ReleaseError(f"{flag} {p}: no such file; give a Markdown file of the release's reading (or erratum).")
     if p.stat().st_size > MAX_NOTES_BYTES:
-        raise ReleaseError(f"--notes {p} is {p.stat().st_size:,} bytes; release notes are at most {MAX_NOTES_BYTES:,}.")
+        raise ReleaseError(f"{flag} {p} is {p.stat().st_size:,} bytes; release notes are at most {MAX_NOTES_BYTES:,}.")
     try:
         return p.read_bytes().decode("utf-8")
     except UnicodeDecodeError:
-        raise ReleaseError(f"--notes {p} is not UTF-8 text.") from None
+        raise ReleaseError(f"{flag} {p} is not UTF-8 text.") from None
 
 
 def freeze(
@@ -196,20 +237,28 @@ def freeze(
     workers: int | None = None,
     say: Callable[[str], None] = lambda s: None,
     notes: Path | None = None,
+    supersedes: Iterable[str] = (),
+    erratum: Path | None = None,
+    compress_raw: bool = False,
 ) -> FreezeResult:
     """Freeze runs into releases/<tag>/, a deterministic releases/<tag>.tar (+ .tar.sha256), one commit
-    holding all three, and an annotated tag <tag> on it whose message carries the manifest digests.
+    holding the folder and the .tar.sha256 (the .tar is left beside it, ignored by git: `evidence archive`
+    rebuilds it byte for byte), and an annotated tag <tag> on it whose message carries the manifest digests.
     With no runs, the one complete run of the spec the tag names (candidates.runs_for_tag).
     Refuses (ReleaseError, exit 2): a dirty tree (untracked files count), what a killed freeze left in
     releases/, an existing tag or release, a run that is not complete, any secret in the payload.
     SIGTERM or SIGHUP remove everything written so far (ReleaseError, exit 128 + the signal).
     `notes`: a Markdown file of the author's words (a reading, an erratum), kept as data/release/notes.md
-    and shown first on the release's index page."""
+    and shown first on the release's index page. `supersedes`: tags of releases committed here that this one
+    supersedes (release.json "supersedes", bag-info "Supersedes"); `erratum`: a Markdown file appended to the notes
+    under "## Erratum to OLD" (one --supersedes with it). `compress_raw`: store the run's large text files gzipped
+    (release.compress; release.json raw_compressed names each original's size and sha256)."""
     state: dict = {}
     try:
         with interruptible(state):
             return _freeze(tag, runs, repo_root, releases_dir=releases_dir, runs_dir=runs_dir, allow=allow,
-                           workers=workers, say=say, state=state, notes=notes)
+                           workers=workers, say=say, state=state, notes=notes, supersedes=list(supersedes), erratum=erratum,
+                           compress_raw=compress_raw)
     except Interrupted as e:
         raise ReleaseError(f"freeze of {tag} was interrupted by {signal_name(e.signum)}; nothing was released: the staging "
                            "folder and any release files were removed, nothing was committed or tagged.", 128 + e.signum) from None
@@ -217,9 +266,17 @@ def freeze(
 
 def _freeze(tag: str, runs: list[Path] | None, repo_root: Path, *, releases_dir: str | Path, runs_dir: str | Path,
             allow: Iterable[str], workers: int | None, say: Callable[[str], None], state: dict,
-            notes: Path | None = None) -> FreezeResult:
+            notes: Path | None = None, supersedes: list[str] | None = None, erratum: Path | None = None,
+            compress_raw: bool = False) -> FreezeResult:
     allow = frozenset(allow)
+    supersedes = list(dict.fromkeys(supersedes or []))
     notes_text = read_notes(notes) if notes is not None else None
+    if erratum is not None:
+        if len(supersedes) != 1:
+            raise ReleaseError(f"--erratum {erratum} corrects one earlier release: give it with exactly one --supersedes OLD_TAG "
+                               f"(given: {len(supersedes)}).")
+        section = erratum_section(supersedes[0], read_notes(erratum, "--erratum"))
+        notes_text = section if notes_text is None else notes_text.rstrip("\n") + "\n\n" + section
     if allow - set(ALLOW_VALUES):
         raise ReleaseError(f"unknown --allow value(s) {', '.join(sorted(allow - set(ALLOW_VALUES)))}; known: {', '.join(ALLOW_VALUES)}.")
     if not TAG_NAME.fullmatch(tag) or ".." in tag or tag.endswith(".lock"):
@@ -253,6 +310,9 @@ def _freeze(tag: str, runs: list[Path] | None, repo_root: Path, *, releases_dir:
                            "Choose a new tag.")
     if repo_root not in releases.parents and releases != repo_root:
         raise ReleaseError(f"the releases folder {releases} is outside the repository {repo_root}; it must be inside to be committed.")
+    sup_meta = check_supersedes(supersedes, tag, repo, releases, repo_root)
+    for sm in sup_meta:
+        sm["erratum"] = f"{PAYLOAD_DIR}/{RELEASE_DIR}/{NOTES}" if erratum is not None else None
     final = releases / tag
     tar_path, sha_path = releases / f"{tag}.tar", releases / f"{tag}.tar.sha256"
     for p in (final, tar_path, sha_path):
@@ -280,6 +340,12 @@ def _freeze(tag: str, runs: list[Path] | None, repo_root: Path, *, releases_dir:
             copy_tree_files(p, staging / payload_path("raw", p.name), skip_top=DERIVED_ROLES)
             say(f"copied raw files of {p.name}")
         _refuse_bad_payload(staging, workers)
+        # 1b. the large text files stored gzipped (after the secret scan, which reads text); regenerated from as stored
+        originals = []
+        if compress_raw:
+            for p in run_paths:
+                originals += compress_raw_files(staging / payload_path("raw", p.name), payload_path("raw", p.name).rstrip("/"))
+            say(f"compressed {len(originals)} raw file(s) ({COMPRESS_METHOD})")
         # 2. derived, regenerated from the copied raw exactly as verify will
         work = staging / ".work"
         for p in run_paths:
@@ -334,6 +400,10 @@ def _freeze(tag: str, runs: list[Path] | None, repo_root: Path, *, releases_dir:
                 "functions": REGEN_FUNCTIONS,
             },
         }
+        if sup_meta:
+            meta["supersedes"] = sup_meta
+        if originals:
+            meta["raw_compressed"] = {"method": COMPRESS_METHOD, "names": list(COMPRESS_NAMES), "originals": originals}
         meta = seal(staging, meta, workers=workers)
         digests = {n: sha256_bytes((staging / n).read_bytes()) for n in (MANIFEST, TAGMANIFEST, RELEASE_JSON)}
         # 5. into place, then the archive beside it
@@ -347,19 +417,27 @@ def _freeze(tag: str, runs: list[Path] | None, repo_root: Path, *, releases_dir:
         created.append(sha_path)
         write_atomic(sha_path, f"{tar_sha}  {tar_path.name}\n")
         say(f"wrote {final} and {tar_path} (sha256 {tar_sha})")
-        # 6. commit the folder, the tar and its sha256; then the annotated tag
-        paths = [str(p.relative_to(repo_root)) for p in (final, tar_path, sha_path)]
+        # 6. commit the folder and the tar's sha256 (the tar is rebuilt from the folder byte for byte by
+        #    `evidence archive`: committing it too would store every byte twice); then the annotated tag
         n_files = len(meta["files"])
         n_bytes = sum(f["bytes"] for f in meta["files"])
         msg = (f"release {tag}: {', '.join(ids)}\n\nFrozen by evidence {__version__} from {head.hexsha}.\n"
                f"{n_files} payload files, {n_bytes} bytes.\n\n" + tag_message(tag, None, digests, tar_sha).split("\n", 2)[2])
         with critical(state):  # SIGTERM/SIGHUP wait: the commit and its tag go together
+            ignore, ignore_was = _ignore_archives(repo, releases, tar_path)
+            index, index_was = _write_index(releases, say)
+            paths = [str(p.relative_to(repo_root)) for p in (final, sha_path, *ignore, *index)]
             try:
                 repo.git.add("-f", "--", *paths)
                 repo.git.commit("--no-verify", "-q", "-m", msg, "--", *paths)
             except git.GitCommandError as e:
                 with contextlib.suppress(git.GitCommandError):
                     repo.git.reset("-q", "--", *paths)
+                for p, was in [(p, ignore_was) for p in ignore] + [(p, index_was) for p in index]:
+                    if was is not None:  # the ignore rule and the index go with the release they were written for
+                        write_atomic(p, was)
+                    else:
+                        p.unlink()
                 raise ReleaseError(f"git could not commit the release ({(e.stderr or str(e)).strip()}); nothing was committed or tagged. "
                                    "Set user.name and user.email if git asks for them.")
             created.clear()  # committed: never removed from here on

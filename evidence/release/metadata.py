@@ -29,7 +29,9 @@ def render_bag_info(meta: dict) -> bytes:
         "External-Identifier": meta["tag"],
         "Payload-Oxum": f"{sum(int(f['bytes']) for f in files)}.{len(files)}",
     }
-    return "".join(f"{k}: {fields_[k]}\n" for k in sorted(fields_)).encode("utf-8")
+    # BagIt allows a label more than once: one "Supersedes" line per release this one supersedes (freeze --supersedes)
+    sup = [f"Supersedes: {s['tag']}\n" for s in meta.get("supersedes") or []]
+    return ("".join(f"{k}: {fields_[k]}\n" for k in sorted(fields_)) + "".join(sup)).encode("utf-8")
 
 
 def build_provenance(meta: dict, run_id: str) -> dict:

@@ -81,6 +81,25 @@ class RunInfo(_Strict):
     problems_allowed: list[str]
 
 
+class Supersedes(_Strict):
+    tag: Annotated[str, Field(pattern=TAG_NAME.pattern)]
+    release_json_sha256: Sha256  # the superseded release's release.json as committed: the exact release meant
+    frozen: str | None
+    erratum: str | None  # the payload file holding the erratum (data/release/notes.md), when one was given
+
+
+class Original(_Strict):
+    path: str  # the compressed file in the payload (data/raw/<run>/.../NAME.gz)
+    bytes: Count  # of the file as recorded, before compression
+    sha256: Sha256
+
+
+class RawCompressed(_Strict):
+    method: str
+    names: list[str]
+    originals: list[Original]
+
+
 class ReleaseMeta(_Strict):
     format: Literal[FORMAT]  # type: ignore[valid-type]
     tag: Annotated[str, Field(pattern=TAG_NAME.pattern)]
@@ -92,6 +111,8 @@ class ReleaseMeta(_Strict):
     runs: list[RunInfo]
     regenerate: Regenerate
     files: list[FileEntry]
+    supersedes: list[Supersedes] | None = None  # freeze --supersedes: absent in releases that supersede none
+    raw_compressed: RawCompressed | None = None  # freeze --compress-raw: absent in releases that store raw as recorded
 
 
 def schema_problems(meta: object) -> list[Finding]:

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from evidence.release.archive import safe_extract
+from evidence.release.chain import supersession
 from evidence.release.files import HashProgress
 from evidence.release.phases import Phases
 from evidence.release.regenerator import ENV_MODES
@@ -72,8 +73,11 @@ def verify(path: str | Path, *, repo: Any = None, regen: bool = True, workers: i
             regeneration = ctx.regeneration() if root is not None else None
         finally:
             ctx.close()
+        # said first, never part of the verdict: a newer release beside this one declares that it supersedes it
+        beside = (path.resolve() if path.name in ("", ".", "..") else path).parent  # releases/, as the user named it
+        superseded = supersession(beside / root.name, ctx.tag) if root is not None else None
         return VerifyReport(str(path), str(root) if root is not None and not is_archive else None, ctx.tag, results, env,
-                            ctx.notes, regeneration)
+                            ctx.notes, regeneration, superseded)
     finally:
         if tmp is not None:
             tmp.cleanup()

@@ -92,3 +92,40 @@ def provenance(c: VerifyContext):
         elif c.sha(rel) != sha256_bytes(want):
             f.append(Finding(rel, sha256_bytes(want), c.sha(rel), "differs from the statement rebuilt from release.json"))
     return result(f, "every provenance statement matches", "{n} provenance statement(s) differ")
+
+
+@check("metadata.originals", "each raw file stored compressed decompresses to the size and sha256 release.json gives its original")
+def originals(c: VerifyContext):
+    import gzip
+    import hashlib
+    import zlib
+
+    rc = c.meta.get("raw_compressed") if isinstance(c.meta, dict) else None
+    if rc is None:
+        return "skip", "the release stores its raw files as recorded (no raw_compressed)", []
+    listed = rc.get("originals") if isinstance(rc, dict) else None
+    if not isinstance(listed, list):
+        return "fail", "raw_compressed has no list of originals (see metadata.schema)", [Finding(f"{RELEASE_JSON}:raw_compressed", "originals", None)]
+    f = []
+    for o in listed:
+        path, want_n, want_sha = (o.get("path"), o.get("bytes"), o.get("sha256")) if isinstance(o, dict) else (None, None, None)
+        # only files the inventory holds, listed and of their declared size, are opened (a name from release.json is hostile)
+        if not isinstance(path, str) or path not in c.inv.files or path in c.unhashed or type(want_n) is not int:
+            f.append(Finding(str(path), "a compressed payload file of the release", "absent, unlisted or not read", "original not checkable"))
+            continue
+        h, n = hashlib.sha256(), 0
+        try:
+            with gzip.open(c.root / path, "rb") as z:
+                while chunk := z.read(1 << 20):
+                    n += len(chunk)
+                    if n > want_n:  # never inflate past what release.json declares (a gzip bomb stops here)
+                        break
+                    h.update(chunk)
+        except (OSError, EOFError, zlib.error) as e:
+            f.append(Finding(path, "a gzip stream", f"{type(e).__name__}: {e}", "does not decompress"))
+            continue
+        if n != want_n or h.hexdigest() != want_sha:
+            f.append(Finding(path, f"{want_n} bytes, sha256 {want_sha}", f"{'more than ' if n > want_n else ''}{n} bytes"
+                             + ("" if n > want_n else f", sha256 {h.hexdigest()}"), "decompressed, differs from the original release.json names"))
+    return result(sorted(f, key=lambda x: path_key(x.path)), f"{len(listed)} compressed raw file(s) decompress to their recorded originals",
+                  "{n} compressed raw file(s) do not decompress to the original release.json names")

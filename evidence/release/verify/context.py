@@ -57,6 +57,7 @@ class VerifyReport:
     regen_env: dict | None = None  # which code and interpreter regenerated (RegenEnv.as_dict()), when regeneration ran
     notes: list[str] = field(default_factory=list)  # what was not checked, said beside the verdict
     regeneration: dict | None = None  # {"state", "why", "how"}: whether regeneration was checked, and how it could be
+    superseded: dict | None = None  # a newer release beside this one declares it supersedes it (chain.supersession)
 
     @property
     def failed(self) -> list[CheckResult]:
@@ -84,7 +85,7 @@ class VerifyReport:
 
     def as_dict(self) -> dict:
         counts = {s: sum(1 for c in self.checks if c.status == s) for s in ("pass", "fail", "skip")}
-        return printable_tree({"path": self.path, "release_dir": self.release_dir, "tag": self.tag, "ok": self.ok,
+        return printable_tree({"superseded": self.superseded, "path": self.path, "release_dir": self.release_dir, "tag": self.tag, "ok": self.ok,
                                "exit_code": self.exit_code, "counts": counts, "regen_env": self.regen_env, "notes": self.notes,
                                "regeneration": self.regeneration, "checks": [c.as_dict() for c in self.checks]})
 

@@ -35,6 +35,7 @@ ORDER: tuple[CheckFn, ...] = (
     metadata.canonical,
     metadata.schema,
     metadata.agrees,
+    metadata.originals,
     regen.metadata_steps,
     metadata.provenance,
     git.git_name,

@@ -183,14 +183,18 @@ def plan(
             comps = list(zip(pts[:-1], pts[1:]))
         alpha = 0.05 / max(1, len(comps))
         rows = []
-        for a, b in comps:
-            d, sess = run_log_ratios(trials, values, a, b)
-            row: dict = {"a": a, "b": b, "metric": "output_throughput"}
-            try:
-                row.update(plan_noise(d, sess, effect=eff, alpha=alpha, costs=costs))
-            except ValueError as e:
-                row.update(n_pairs=len(d), note=str(e))
-            rows.append(row)
+        # with arms, each arm's own starts: a comparison of points is never pooled over the arms
+        arm_names: list[str | None] = [x.name for x in getattr(s, "arms", [])] or [None]
+        for arm in arm_names:
+            ts = trials if arm is None else [t for t in trials if t.get("arm") == arm]
+            for a, b in comps:
+                d, sess = run_log_ratios(ts, values, a, b)
+                row: dict = {"a": a, "b": b, "metric": "output_throughput", **({"arm": arm} if arm else {})}
+                try:
+                    row.update(plan_noise(d, sess, effect=eff, alpha=alpha, costs=costs))
+                except ValueError as e:
+                    row.update(n_pairs=len(d), note=str(e))
+                rows.append(row)
         res = {"spec": s.name, "run": rd.id, "effect": eff, "alpha": alpha, "power": 0.8,
                "comparisons_declared": declared, "planned_repeats": s.sweep.repeats,
                "planned_sessions": int(getattr(s.sweep, "sessions", 1) or 1), "comparisons": rows}
@@ -210,21 +214,23 @@ def plan(
             else:
                 hw = pw = "-"
             sd = r.get("sd_session", r.get("sd_log"))
-            t.add_row(f"C{r['a']} vs C{r['b']}", str(r.get("n_pairs", 0)), f"{sd:.4f}" if sd is not None else "-",
+            t.add_row(f"C{r['a']} vs C{r['b']}" + (f" in arm {r['arm']}" if r.get("arm") else ""),
+                      str(r.get("n_pairs", 0)), f"{sd:.4f}" if sd is not None else "-",
                       unit, hw, pw)
         out.print(t)
         out.print(f"alpha {alpha:.4g} per comparison (0.05 over {len(comps)} comparison(s), Bonferroni); the spec plans "
                   f"{res['planned_repeats']} repeat(s) in {res['planned_sessions']} session(s)"
                   + ("" if declared else "; the spec declares no comparisons, so adjacent points are shown"))
         for r in rows:
+            name = f"C{r['a']} vs C{r['b']}" + (f" in arm {r['arm']}" if r.get("arm") else "")
             if r.get("note"):
-                out.print(f"C{r['a']} vs C{r['b']}: {r['note']}")
+                out.print(f"{name}: {r['note']}")
             for key, what in (("design", "at the estimated sd"), ("design_upper", "at the upper end of the "
                                                                    "between-start sd's 95% interval")):
                 dz = r.get(key)
                 if dz:
                     tm = f", about {dz['time_s'] / 3600:.1f} h" if dz.get("time_s") else ""
-                    out.print(f"C{r['a']} vs C{r['b']}: 80% power at {eff:.1%} {what}: {dz['starts']} server starts x "
+                    out.print(f"{name}: 80% power at {eff:.1%} {what}: {dz['starts']} server starts x "
                               f"{dz['repeats_per_start']} repeat(s){tm}")
         if costs.get("start_s") and costs.get("repeat_s"):
             out.print(f"measured costs: a server start (with warm-up) {costs['start_s']:.0f} s, a repeat of every "

@@ -74,6 +74,14 @@ def test_arms_that_differ_are_found_and_identical_arms_are_equivalent(tmp_path, 
     per_arm = res["bottleneck"]["per_arm"]
     assert [(r["arm"], r["point"]) for r in per_arm] == [(a, p) for a in ("fast", "slow") for p in (1, 4)]
     assert all(sum(r["readings"].values()) == 3 for r in per_arm)
+    # plan --from plans each arm from its own starts (never the arms pooled)
+    import json
+    import subprocess
+    import sys
+
+    cmd = [sys.executable, "-m", "evidence.cli", "plan", str(SPEC), "--from", str(rd), "--effect", "10%", "--json"]
+    rows = json.loads(subprocess.run(cmd, capture_output=True, text=True, check=True).stdout)["comparisons"]
+    assert [(r["arm"], r["a"], r["b"], r["n_pairs"]) for r in rows] == [("fast", 4, 1, 3), ("slow", 4, 1, 3)]
     # the interaction: one test per pair of arms and declared comparison, over the blocks
     (ix,) = arms["interaction"]
     assert (ix["arm_a"], ix["arm_b"], ix["a"], ix["b"], ix["unit"], ix["n_units"]) == ("fast", "slow", 4, 1, "block", 3)

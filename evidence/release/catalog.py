@@ -47,6 +47,20 @@ def verdict_line(c: dict) -> str:
     return f"{name}: no verdict recorded"
 
 
+def arm_line(c: dict) -> str:
+    """One verdict of an analysis' arms section (inside an arm, or an interaction): effect, interval at its level."""
+    ci, lvl = c.get("ci"), c.get("ci_level") or 0.95
+    if (
+        isinstance(c.get("effect"), (int, float))
+        and isinstance(ci, list)
+        and len(ci) == 2
+        and all(isinstance(v, (int, float)) for v in ci)
+    ):
+        name = f"C{c['a']} vs C{c['b']} " if "arm" in c else ""
+        return f"{name}{_pct(c['effect'])} ({lvl * 100:.4g}% CI {_pct(ci[0])} to {_pct(ci[1])}): {c.get('verdict')}"
+    return f"{c.get('verdict') or 'no verdict recorded'}"
+
+
 def reading(folder: Path, meta: dict) -> str:
     """The release's one-line reading: the title of its notes, if any, then each run's declared comparisons
     as its own analysis states them."""
@@ -62,7 +76,17 @@ def reading(folder: Path, meta: dict) -> str:
     for rid in runs:
         a = _json(folder / PAYLOAD_DIR / "analysis" / rid / "analysis.json")
         comps = a.get("comparisons") if isinstance(a, dict) else None
-        if isinstance(comps, list) and comps:
+        arms = a.get("arms") if isinstance(a, dict) else None
+        if isinstance(arms, dict) and isinstance(arms.get("within"), list) and arms["within"]:
+            # with arms the comparisons are read inside each arm and as the interaction, never pooled
+            lines = [f"in arm {w.get('arm')}: " + arm_line(w) for w in arms["within"] if isinstance(w, dict)]
+            lines += [
+                f"arm {x.get('arm_a')} against arm {x.get('arm_b')}, T_C{x.get('a')}/T_C{x.get('b')}: " + arm_line(x)
+                for x in arms.get("interaction") or []
+                if isinstance(x, dict)
+            ]
+            parts.append(f"{rid}: " + "; ".join(lines) + ".")
+        elif isinstance(comps, list) and comps:
             parts.append(f"{rid}: " + "; ".join(verdict_line(c) for c in comps if isinstance(c, dict)) + ".")
         else:
             parts.append(f"{rid}: no declared comparison.")

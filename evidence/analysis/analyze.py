@@ -53,7 +53,7 @@ from evidence.analysis.load import RunData, TrialData, load_run
 from evidence.analysis.model import (Analysis, Arms, Comparison, Completeness, Dominance, Goodput, Ordering, Point,
                                      RunInfo, RunScope, Sequential, Setup, SpecInfo, TelemetryRow, Trial,
                                      VarianceComponents, VariancePoint, Within, WithinPoint, WithinTrial, as_analysis)
-from evidence.analysis.numbers import JSON_DECIMALS, interval_text, mean_of, round_floats
+from evidence.analysis.numbers import JSON_DECIMALS, interval_text, label, mean_of, round_floats
 from evidence.analysis.stats import components_of, scope_note_of, scope_of
 from evidence.analysis.tables import CSV_DECIMALS, csv_names, point_row, trial_row
 from evidence.analysis.telemetry import (GAUGES, PLATEAU_MIN_SAMPLES, PLATEAU_TRIM, SERIES_BIN_S, telemetry_row,
@@ -270,8 +270,11 @@ def build_analysis(data: RunData) -> Analysis:
     texts, kinds = caveats(data, analysis)
     if neck is not None:
         # a declared comparison whose sides read differently, or whose host changed speed, carries it as a caveat
-        texts += [f"Comparison {c['a']} vs {c['b']}: {n}." for c in neck["comparisons"]
-                  if c["kind"] == "comparison" for n in c["notes"]]
+        notes = [(c, n) for c in neck["comparisons"] if c["kind"] == "comparison" for n in c["notes"]]
+        texts += [f"Comparison {c['a']} vs {c['b']}: {n}." for c, n in notes]
+        # one kind per sentence, as every caveat has (a report selects by kind: a missing one hid them all)
+        kinds += [{"kind": "bottleneck", "about": f"{label(c['a'])} vs {label(c['b'])}", "short": None}
+                  for c, _ in notes]
     analysis = dataclasses.replace(analysis, caveats=texts, caveat_kinds=kinds)
     # every number as analysis.json holds it (JSON_DECIMALS), then the CSVs write_analysis writes, named
     # without formatting them

@@ -19,7 +19,8 @@ CAVEAT_KINDS = ("run_status", "missing_trials", "failed_requests", "zero_complet
                 "plan_mismatch", "single_repeat", "fixed_order", "comparison_verdict", "sign_only",
                 "session_variance", "sessions_same", "dummy_weights", "output_len_mismatch", "prompt_lengths",
                 "pins_drift", "engine_restart_values", "session_split", "profile_diagnostic", "no_steady_state", "too_short_steady",
-                "waves", "regimes", "dominance_verdict", "dominance_repeats", "ordering_repeats")
+                "waves", "regimes", "dominance_verdict", "dominance_repeats", "ordering_repeats",
+                "bottleneck")
 
 
 def _pct(x: float) -> str:

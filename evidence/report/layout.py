@@ -25,7 +25,7 @@ CAVEAT_PRIORITY = ("run_status", "missing_trials", "failed_requests", "zero_comp
                    "single_repeat", "comparison_verdict",
                    "session_variance",
                    "dummy_weights",
-                   "engine_restart_values", "pins_drift", "session_split",
+                   "engine_restart_values", "pins_drift", "session_split", "bottleneck",
                    "no_steady_state", "waves", "regimes",
                    "sign_only", "fixed_order", "output_len_mismatch", "prompt_lengths", "too_short_steady",
                    "unexpected_trials", "plan_mismatch", "dominance_verdict", "dominance_repeats", "ordering_repeats",
@@ -103,6 +103,16 @@ def _verdicts(res: dict, limit: int) -> tuple[list[str], set[tuple[str, str | No
     sc = res.get("scope")
     scoped = not (isinstance(sc, dict) and sc.get("scope"))
     out.append(f"Mean output throughput, tok/s: {pts}.")
+    ar = res.get("arms") or {}
+    if ar.get("within"):
+        # spec.arms: the declared comparisons inside each arm and the interaction are the answer; the pooled
+        # comparison, ordering and dominance mix the arms, so their caveats stay out of the headline (never hidden:
+        # every caveat is in the All caveats section)
+        covered |= {("comparison_verdict", x.get("name")) for x in res["comparisons"]} | {("ordering_repeats", None)}
+        covered |= {(k, pair_about(d)) for d in res["dominance"]["pairs"] if "dominant" in d
+                    for k in ("dominance_verdict", "dominance_repeats")}
+        lines = [x["statement"][:1].upper() + x["statement"][1:] + "." for x in ar["within"] + ar.get("interaction", [])]
+        return out + lines, covered
     comps = [(x.get("name"), comparison_line(x, scoped=scoped)) for x in res["comparisons"]]
     o = res["ordering"]
     tail = []

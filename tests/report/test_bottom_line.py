@@ -105,3 +105,29 @@ def test_with_arms_the_line_is_the_interaction_and_the_arms_are_never_pooled() -
     )
     res["arms"]["interaction"][0]["verdict"] = "not significant"
     assert bottom_line(res).startswith("Not decided: C128/C256 throughput, arm default against arm chunk512 +42.3%")
+
+
+def test_with_arms_the_headline_reads_inside_each_arm_and_leaves_the_pooled_verdicts_to_all_caveats() -> None:
+    from evidence.report.layout import headline
+
+    res = _res("not significant")
+    res["completeness"].update(trials_present=4, trials_planned=4)
+    res["comparisons"][0]["statement"] = "not significant: C4 vs C16 pooled over the arms"
+    res["points"] = [{"label": "C4", "output_throughput": {"mean": 100.0, "cv": 0.01}, "repeats_measured": 2}]
+    res["ordering"], res["dominance"] = {}, {"pairs": []}
+    res["arms"] = {
+        "within": [{"statement": "finding: C4 is faster, C4 vs C16 in arm a"}],
+        "interaction": [{"statement": "finding: the arms change how C4 compares with C16"}],
+    }
+    res["caveats"] = ["Not significant: C4 vs C16 pooled.", "Dummy weights."]
+    res["caveat_kinds"] = [
+        {"kind": "comparison_verdict", "about": "C4 vs C16", "short": None},
+        {"kind": "dummy_weights", "about": None, "short": None},
+    ]
+    h = headline(res)
+    assert h["verdicts"][1:] == [
+        "Finding: C4 is faster, C4 vs C16 in arm a.",
+        "Finding: the arms change how C4 compares with C16.",
+    ]
+    assert [c["short"] for c in h["caveat_items"]] == ["Dummy weights."]  # the pooled verdict: in All caveats only
+    assert h["caveats_all"] == res["caveats"]

@@ -246,7 +246,11 @@ class Steady(Record):
 @dataclass(frozen=True)
 class WithinTrial(Record):
     trial: str = ""
+    repeat: int = 0
+    point: int = 0
     status: str = ""
+    absent: str | None = None  # why there is no series
+    bin_s: float | None = None
     series: dict = field(default_factory=dict)  # t, output_tps, in_flight, running, waiting per bin
     steady: Steady | None = None
     waves: dict | None = None  # note, and the period or modes found

@@ -25,6 +25,7 @@ from evidence.analysis.model import (
     GoodputPoint,
     Interval,
     PairedRepeat,
+    Pin,
     SessionSpread,
     Steady,
     Throughput,
@@ -80,6 +81,7 @@ def test_nested_sections_are_typed(tmp_path: Path) -> None:
     assert a.goodput.points and all(isinstance(g, GoodputPoint) for g in a.goodput.points)
     assert len(a.caveat_kinds) == len(a.caveats) and all(isinstance(k, CaveatKind) for k in a.caveat_kinds)
     assert [w.trials for w in a.within.points] == [6, 6, 5]  # r2-c16 is missing
+    assert a.setup.pins and all(isinstance(p, Pin) and p.ok for p in a.setup.pins)  # the fixture's pins hold
     assert a.arms is None and a.sequential is None and a.bottleneck is None
     assert "arms" not in a.to_dict() and "sequential" not in a.to_dict() and "bottleneck" not in a.to_dict()
 

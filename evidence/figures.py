@@ -517,7 +517,7 @@ def figure_bytes(data: RunData, res: Analysis | dict) -> dict[str, bytes]:
 
 
 def render_figures(run_dir: Path, out_dir: Path | None = None, *, data: RunData | None = None,
-                   analysis: dict | None = None, rendered: dict[str, bytes] | None = None) -> list[Path]:
+                   analysis: Analysis | dict | None = None, rendered: dict[str, bytes] | None = None) -> list[Path]:
     """Render every figure of a run to out_dir (default run_dir/figures); return the files written.
 
     The analysis is computed in memory from the raw files (never read from analysis/); `data` and

@@ -463,7 +463,7 @@ def _env(templates: Path):
 
 
 def render_report(run_dir: Path, out_dir: Path | None = None, *, data: RunData | None = None,
-                  analysis: dict | None = None, figures: dict[str, bytes] | None = None,
+                  analysis: Analysis | dict | None = None, figures: dict[str, bytes] | None = None,
                   templates_dir: Path | None = None, figures_rel: str = "../figures",
                   profile: Any = ...) -> list[Path]:
     """Write report.md and a self-contained report.html to out_dir (default run_dir/report); return them.

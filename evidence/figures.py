@@ -24,7 +24,7 @@ Figures:
                              with the plateau window shaded
   throughput_over_time       per trial: output tokens/s and requests in flight
                              (client) and running (server) over time, the
-                             steady-state window (MSER-5) shaded
+                             steady-state window (MSER-5) shaded (evidence.analysis.over_time_figure)
   host_over_time             per trial (runs with host telemetry only): CPU in
                              cores of each engine process role and the client,
                              GPU busy and output tokens/s, the bottleneck reading
@@ -51,7 +51,8 @@ from evidence.analysis.bottleneck_figure import host_over_time
 from evidence.analysis.user_throughput import user_vs_total_figure
 from evidence.analysis.latency import absent_short, shown_keys
 from evidence.analysis.load import RunData, load_run
-from evidence.analysis.model import Analysis
+from evidence.analysis.model import Analysis, as_analysis
+from evidence.analysis.over_time_figure import throughput_over_time
 from evidence.analysis.numbers import label
 from evidence.canon import dumps, write_atomic
 from evidence.metrics import HEADLINE_METRICS, LATENCY_METRICS, METRICS, pct_key
@@ -113,7 +114,7 @@ def _save(fig: Figure) -> tuple[bytes, bytes]:
     return png.getvalue(), svg.getvalue()
 
 
-def _title(fig: Figure, title: str, res: dict, size: float = 10.0) -> None:
+def _title(fig: Figure, title: str, res: Analysis | dict, size: float = 10.0) -> None:
     """Figure title; missing/failed trials are named on a second line (inside the layout, never clipped)."""
     flags = _flag_lines(res)
     if flags:
@@ -142,8 +143,7 @@ def _readable_log(axis, lo_ms: float, hi_ms: float) -> None:
 # ------------------------------------------------------------------ figures ----
 
 
-def _fig_throughput(res: dict, data: RunData | None = None) -> Figure:
-    A = Analysis.from_dict(res)
+def _fig_throughput(A: Analysis, data: RunData | None = None) -> Figure:
     pts = A.spec.points
     R = A.spec.repeats
     fig = Figure(figsize=(7.0, 4.4), layout="constrained")
@@ -198,7 +198,7 @@ def _fig_throughput(res: dict, data: RunData | None = None) -> Figure:
     if len(starts) > 1 or arms:
         title += (f"\n{len(starts)} server start{'s' if len(starts) != 1 else ''} (one colour each)"
                   + (f", arms {' and '.join(arms)} (one marker each)" if arms else ""))
-    _title(fig, title, res)
+    _title(fig, title, A)
     if o.statement:
         ax.text(0.01, 0.98, f"means: {o.statement}; held in {o.held_in_repeats} of {o.repeats_planned} repeats"
                 f"\nsupported by paired verdicts: {o.supported_statement}"
@@ -208,19 +208,19 @@ def _fig_throughput(res: dict, data: RunData | None = None) -> Figure:
     return fig
 
 
-def _fig_latency_conc(res: dict) -> Figure:
+def _fig_latency_conc(a: Analysis) -> Figure:
     """Per latency metric: the lower and higher shown percentile (p50, p99) against concurrency, each point the mean
     over repeats with its 95% interval (analysis points[].latency[m].intervals: a t interval on ln, back-transformed,
     so it is asymmetric and drawn about the geometric mean, which the mean over repeats need not sit at the middle
     of); every repeat's value as a dot."""
-    metrics = res["spec"]["latency_metrics"]
-    keys = shown_keys(res["spec"]["percentiles"])
-    pts = sorted(res["spec"]["points"])
+    metrics = a.spec.latency_metrics
+    keys = shown_keys(a.spec.percentiles)
+    pts = sorted(a.spec.points)
     n = max(1, len(metrics))
     cols = 2 if n > 1 else 1
     rows = (n + cols - 1) // cols
     fig = Figure(figsize=(5.0 * cols, 3.3 * rows + 0.5), layout="constrained")
-    by_point = {p["point"]: p for p in res["points"]}
+    by_point = {p.point: p for p in a.points}
     units = set()
     for k, m in enumerate(metrics):
         ax = fig.add_subplot(rows, cols, k + 1)
@@ -232,21 +232,22 @@ def _fig_latency_conc(res: dict) -> Figure:
             off = 2 ** (step * (j - (len(keys) - 1) / 2))  # the two percentiles side by side, bars apart
             xs, ys, bars, open_pts = [], [], [], []
             for P in pts:
-                iv = ((by_point.get(P) or {}).get("latency", {}).get(m) or {}).get("intervals", {}).get(key)
-                if not iv or iv["value"] is None:
+                pl = by_point[P].latency.get(m) if P in by_point else None
+                iv = ((pl.intervals if pl else None) or {}).get(key)
+                if not iv or iv.value is None:
                     continue
-                units.add((iv["unit"], iv["n"]))
+                units.add((iv.unit, iv.n))
                 xs.append(P * off)
-                ys.append(iv["value"])
-                span.append(iv["value"])
-                if iv["ci_low"] is None:  # no bar at all: a zero-width one would claim certainty
-                    open_pts.append((P * off, iv["value"], absent_short(iv)))
+                ys.append(iv.value)
+                span.append(iv.value)
+                if iv.ci_low is None or iv.ci_high is None:  # no bar at all: a zero-width one would claim certainty
+                    open_pts.append((P * off, iv.value, absent_short(iv)))
                 else:
                     # yerr is [distance below, distance above] a centre: the geometric mean lies inside the
                     # interval, the arithmetic mean (the marker) need not
-                    g = iv.get("geometric_mean") or iv["value"]  # an older analysis: a linear interval about value
-                    bars.append((P * off, iv["value"], g, g - iv["ci_low"], iv["ci_high"] - g))
-                    span += [iv["ci_low"], iv["ci_high"]]
+                    g = iv.geometric_mean or iv.value  # an older analysis: a linear interval about value
+                    bars.append((P * off, iv.value, g, g - iv.ci_low, iv.ci_high - g))
+                    span += [iv.ci_low, iv.ci_high]
             if not xs:
                 continue
             ax.plot(xs, ys, color=color, ls=ls, lw=1.2, zorder=3)
@@ -263,8 +264,9 @@ def _fig_latency_conc(res: dict) -> Figure:
                            label=f"{key}: no interval ({why[0] if len(why) == 1 else 'see table'})")
             # every trial's own value, beside its bar (outside the pair of bars), so the bar does not hide it
             side = off * 2 ** ((-1 if len(keys) > 1 and j == 0 else 1) * 1.5 * step)
-            tv = [(t["point"] * side, t["latency"][m][key]) for t in res["trials"]
-                  if ((t.get("latency") or {}).get(m) or {}).get(key) is not None]
+            # a trial's latency: metric -> statistic -> ms
+            tv = [(t.point * side, (t.latency.get(m) or {})[key]) for t in a.trials
+                  if ((t.latency or {}).get(m) or {}).get(key) is not None]
             ty = [v for _, v in tv]
             ax.scatter([x for x, _ in tv], ty, s=9, color=color, alpha=0.5, lw=0, zorder=2,
                        label=f"{key}: each trial" if tv else None)
@@ -297,60 +299,57 @@ def _fig_latency_conc(res: dict) -> Figure:
     bars_txt = (f"bars: 95% t interval of the mean ln(latency) over {unit_txt}, back-transformed (about the "
                 "geometric mean; markers: the mean over repeats)")
     # wrapped to the figure's width (about 60 characters per 5-inch column at this size), never clipped
-    _title(fig, f"{res['spec']['name']}: latency vs concurrency\n" + textwrap.fill(bars_txt, 60 * cols), res)
+    _title(fig, f"{a.spec.name}: latency vs concurrency\n" + textwrap.fill(bars_txt, 60 * cols), a)
     return fig
 
 
-def _flag_lines(res: dict) -> list[str]:
-    c = res["completeness"]
+def _flag_lines(res: Analysis | dict) -> list[str]:
+    c = as_analysis(res).completeness
     out = []
-    if c["missing"]:
-        out.append("missing trials: " + ", ".join(c["missing"]))
-    if c["with_failures"]:
-        out.append("trials with failed requests: " + ", ".join(c["with_failures"]))
-    if c["zero_completed"]:
-        out.append("trials with no completed request: " + ", ".join(c["zero_completed"]))
+    if c.missing:
+        out.append("missing trials: " + ", ".join(c.missing))
+    if c.with_failures:
+        out.append("trials with failed requests: " + ", ".join(c.with_failures))
+    if c.zero_completed:
+        out.append("trials with no completed request: " + ", ".join(c.zero_completed))
     return out
 
 
-def _fig_latency_tput(res: dict) -> Figure:
-    metrics = res["spec"]["latency_metrics"]
-    pcts = res["spec"]["percentiles"]
+def _fig_latency_tput(a: Analysis) -> Figure:
+    metrics = a.spec.latency_metrics
+    pcts = a.spec.percentiles
     top = pct_key(max(pcts)) if pcts else None
     n = len(metrics)
     cols = 2 if n > 1 else 1
     rows = (n + cols - 1) // cols
     fig = Figure(figsize=(5.0 * cols, 3.6 * rows + 0.3), layout="constrained")
-    dom = {e["point"]: e for e in res["dominance"]["points"]}
-    verdicts = {(x["dominant"], x["dominated"]): x.get("verdict", "means") for x in res["dominance"]["pairs"]}
-    trials = res["trials"]
+    dom = {e.point: e for e in a.dominance.points}
+    verdicts = {(x.dominant, x.dominated): x.verdict or "means" for x in a.dominance.pairs}
     for k, m in enumerate(metrics):
         ax = fig.add_subplot(rows, cols, k + 1)
-        for i, p in enumerate(res["points"]):
-            x = p["output_throughput"]["mean"]
-            mor = p["latency"][m]["mean_over_repeats"]
+        for i, p in enumerate(a.points):
+            x = p.output_throughput.mean
+            mor = p.latency[m].mean_over_repeats  # statistic -> ms
             if x is None or mor is None:
                 continue
             c = _color(i)
-            tx = [t["output_throughput"] for t in trials if t["point"] == p["point"] and t["output_throughput"] is not None
-                  and (t["latency"].get(m) or {}).get("mean") is not None]
-            ty = [t["latency"][m]["mean"] for t in trials if t["point"] == p["point"] and t["output_throughput"] is not None
-                  and (t["latency"].get(m) or {}).get("mean") is not None]
-            ax.scatter(tx, ty, s=10, color=c, alpha=0.45, zorder=2)
-            ax.scatter([x], [mor["mean"]], s=46, color=c, zorder=4, label=f"{p['label']} mean")
+            both = [(t.output_throughput, (t.latency.get(m) or {})["mean"]) for t in a.trials if t.point == p.point
+                    and t.output_throughput is not None and (t.latency.get(m) or {}).get("mean") is not None]
+            ax.scatter([b[0] for b in both], [b[1] for b in both], s=10, color=c, alpha=0.45, zorder=2)
+            ax.scatter([x], [mor["mean"]], s=46, color=c, zorder=4, label=f"{p.label} mean")
             if top and mor.get(top) is not None:
                 ax.plot([x, x], [mor["mean"], mor[top]], color=c, lw=0.8, zorder=3)
-                ax.scatter([x], [mor[top]], s=46, facecolors="none", edgecolors=c, zorder=4, label=f"{p['label']} {top}")
-            d = dom.get(p["point"])
-            if d and d["dominated"]:
+                ax.scatter([x], [mor[top]], s=46, facecolors="none", edgecolors=c, zorder=4, label=f"{p.label} {top}")
+            d = dom.get(p.point)
+            if d and d.dominated:
                 # on the means; the paired verdict says whether the intervals carry it
                 ax.scatter([x], [mor["mean"]], s=160, marker="x", color="#d62728", linewidths=1.6, zorder=5)
-                ax.annotate(f"{p['label']} dominated by " + ", ".join(
-                    f"{label(q)} ({verdicts.get((q, p['point']), 'means')})" for q in d["dominated_by"]),
+                ax.annotate(f"{p.label} dominated by " + ", ".join(
+                    f"{label(q)} ({verdicts.get((q, p.point), 'means')})" for q in d.dominated_by),
                             (x, mor["mean"]), textcoords="offset points", xytext=(6, -12), fontsize=7, color="#a0201a")
             else:
-                ax.annotate(p["label"], (x, mor["mean"]), textcoords="offset points", xytext=(6, 4), fontsize=7.5)
-        path = concurrency_path(res, m)
+                ax.annotate(p.label, (x, mor["mean"]), textcoords="offset points", xytext=(6, 4), fontsize=7.5)
+        path = concurrency_path(a, m)
         if len(path) > 1:
             # the operating curve in increasing concurrency: where latency climbs while throughput stops is the knee
             ax.plot([q[1] for q in path], [q[2] for q in path], color="#555555", lw=0.9, zorder=1,
@@ -362,18 +361,20 @@ def _fig_latency_tput(res: dict) -> Figure:
         ax.set_xlabel(f"mean output throughput ({METRICS['output_throughput'].unit})")
         ax.set_ylabel(f"{m.upper()} ({METRICS[m].unit})")
         ax.set_title(f"{m.upper()}: mean (filled), {top or 'no percentile'} (hollow), repeats (small)", fontsize=8.5)
-    _title(fig, f"{res['spec']['name']}: latency vs throughput, point means joined in increasing concurrency (arrows)"
-                "\nx = dominated on the means over repeats; in brackets the paired verdict", res)
+    _title(fig, f"{a.spec.name}: latency vs throughput, point means joined in increasing concurrency (arrows)"
+                "\nx = dominated on the means over repeats; in brackets the paired verdict", a)
     return fig
 
 
-def concurrency_path(res: dict, metric: str) -> list[tuple[int, float, float]]:
+def concurrency_path(res: Analysis | dict, metric: str) -> list[tuple[int, float, float]]:
     """(point, mean output throughput, mean latency) of every point with both measured, in increasing concurrency."""
     out = []
-    for p in sorted(res["points"], key=lambda p: p["point"]):
-        mor = (p["latency"].get(metric) or {}).get("mean_over_repeats") or {}
-        if p["output_throughput"]["mean"] is not None and mor.get("mean") is not None:
-            out.append((p["point"], p["output_throughput"]["mean"], mor["mean"]))
+    for p in sorted(as_analysis(res).points, key=lambda p: p.point):
+        pl = p.latency.get(metric)
+        mor = (pl.mean_over_repeats if pl else None) or {}
+        x = p.output_throughput.mean
+        if x is not None and mor.get("mean") is not None:
+            out.append((p.point, x, mor["mean"]))
     return out
 
 
@@ -387,7 +388,7 @@ def _ecdf_xy(samples_ms: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return s, y
 
 
-def _fig_ecdf(res: dict, data: RunData) -> Figure:
+def _fig_ecdf(a: Analysis, data: RunData) -> Figure:
     metrics = HEADLINE_METRICS
     fig = Figure(figsize=(10.0, 3.9), layout="constrained")
     by_point: dict[int, list] = {}
@@ -397,7 +398,7 @@ def _fig_ecdf(res: dict, data: RunData) -> Figure:
     for k, m in enumerate(metrics):
         ax = fig.add_subplot(1, len(metrics), k + 1)
         lo, hi = None, None
-        for i, P in enumerate(res["spec"]["points"]):
+        for i, P in enumerate(a.spec.points):
             recs = [r for r in by_point.get(P, []) if r.phase == "measure"]
             s = np.asarray(LATENCY_METRICS[m].samples(recs), dtype=np.float64) * 1000.0
             if s.size == 0:
@@ -419,15 +420,15 @@ def _fig_ecdf(res: dict, data: RunData) -> Figure:
         ax.set_title(f"{m.upper()} distribution per point (ECDF, repeats pooled)", fontsize=9)
         if lo is not None:
             ax.legend(loc="lower right", frameon=False)
-    _title(fig, f"{res['spec']['name']}: latency distributions", res)
+    _title(fig, f"{a.spec.name}: latency distributions", a)
     return fig
 
 
-def _fig_telemetry(res: dict, data: RunData) -> Figure:
-    pts = res["spec"]["points"]
-    R = res["spec"]["repeats"]
+def _fig_telemetry(a: Analysis, data: RunData) -> Figure:
+    pts = a.spec.points
+    R = a.spec.repeats
     fig = Figure(figsize=(min(3.4 * len(pts), 14.0), 2.3 * R + 0.6), layout="constrained")
-    tele = {(t["repeat"], t["point"]): t for t in res["telemetry"]}
+    tele = {(t.repeat, t.point): t for t in a.telemetry}
     tds = {(t.repeat, t.point): t for t in data.trials}
     axes = fig.subplots(R, len(pts), squeeze=False)
     for r in range(1, R + 1):
@@ -436,8 +437,8 @@ def _fig_telemetry(res: dict, data: RunData) -> Figure:
             td, tr = tds.get((r, P)), tele.get((r, P))
             ttl = f"{td.id} (position {td.position})" if td else f"r{r}-c{P} (not planned)"
             ax.set_title(ttl, fontsize=8)
-            if not td or not tr or tr["status"] != "present":
-                why = tr["absent"] if tr else "not planned"
+            if not td or not tr or tr.status != "present":
+                why = (tr.absent or "") if tr else "not planned"
                 ax.text(0.5, 0.5, _wrap(why, 34), transform=ax.transAxes, ha="center", va="center", fontsize=7,
                         color="#a0201a")
                 ax.set_xticks([])
@@ -450,7 +451,7 @@ def _fig_telemetry(res: dict, data: RunData) -> Figure:
                 if vals:
                     ax.step([v[0] for v in vals], [v[1] for v in vals], where="post", ls=style, lw=1.1,
                             color="#1f77b4" if name == "running" else "#ff7f0e", label=name)
-            w0, w1 = tr["plateau_s"]
+            w0, w1 = tr.plateau_s or (None, None)
             ax.axvspan(w0, w1, color="#999999", alpha=0.15, lw=0, label="plateau")
             ax.set_ylim(bottom=0)
             if r == R:
@@ -461,67 +462,7 @@ def _fig_telemetry(res: dict, data: RunData) -> Figure:
                Line2D([], [], color="#ff7f0e", lw=1.1, ls="--", label="waiting"),
                Patch(color="#999999", alpha=0.15, label="plateau window (sustained values)")]
     fig.legend(handles=handles, loc="outside lower center", ncols=3, frameon=False, fontsize=7.5)
-    _title(fig, f"{res['spec']['name']}: server-reported running / waiting requests per trial", res, size=9.5)
-    return fig
-
-
-def _fig_over_time(res: dict) -> Figure:
-    """One panel per trial: output tok/s (left axis), in-flight and server-running requests (right axis), the
-    steady-state window shaded; the panel title says the window's throughput, or that there is none."""
-    pts = res["spec"]["points"]
-    R = res["spec"]["repeats"]
-    fig = Figure(figsize=(min(3.6 * len(pts), 15.0), 2.4 * R + 0.8), layout="constrained")
-    rows = {(w["repeat"], w["point"]): w for w in res["within"]["trials"]}
-    axes = fig.subplots(R, len(pts), squeeze=False)
-    for r in range(1, R + 1):
-        for j, P in enumerate(pts):
-            ax = axes[r - 1][j]
-            w = rows.get((r, P))
-            if not w or w["status"] != "present":
-                ax.set_title(w["trial"] if w else f"r{r}-c{P} (not planned)", fontsize=8)
-                ax.text(0.5, 0.5, _wrap(w["absent"] if w else "not planned", 34), transform=ax.transAxes,
-                        ha="center", va="center", fontsize=7, color="#a0201a")
-                ax.set_xticks([])
-                ax.set_yticks([])
-                continue
-            se, st = w["series"], w["steady"]
-            t = [x + w["bin_s"] / 2 for x in se["t"]]  # each bin drawn at its middle
-            ax.plot(t, se["output_tps"], color="#1f77b4", lw=0.9)
-            ax.axvspan(st["start_s"], st["end_s"], color="#2ca02c", alpha=0.13, lw=0)
-            if st["throughput"] is not None:
-                ax.hlines(st["throughput"], st["start_s"], st["end_s"], colors="#2ca02c", lw=1.2, linestyles="--")
-            ax.set_ylim(bottom=0)
-            ax2 = ax.twinx()
-            ax2.plot(t, se["in_flight"], color="#ff7f0e", lw=0.9)
-            if se["running"]:
-                rt = [(a, v) for a, v in zip(t, se["running"]) if v is not None]
-                ax2.plot([a for a, _ in rt], [v for _, v in rt], color="#7f7f7f", lw=0.8, ls=":")
-            ax2.set_ylim(bottom=0)
-            ax2.grid(False)
-            ax2.tick_params(labelsize=7)
-            if st["steady"]:
-                seen = st.get("detectable_drift")  # an older analysis has none
-                state = f"steady {st['throughput']:,.0f} tok/s" + (f", ±{100 * seen:.0f}% drift would show"
-                                                                    if seen is not None else "")
-            elif st["needed_s"] is not None:
-                state = "no steady state (trend)"
-            else:
-                state = "too short to tell"
-            wave = "; waves" if w["waves"] else ""
-            ax.set_title(f"{w['trial']}: {state}{wave}", fontsize=7.5)
-            if r == R:
-                ax.set_xlabel("seconds since trial t0", fontsize=7.5)
-            if j == 0:
-                ax.set_ylabel("output tok/s", fontsize=7.5)
-            if j == len(pts) - 1:
-                ax2.set_ylabel("requests", fontsize=7.5)
-    handles = [Line2D([], [], color="#1f77b4", lw=0.9, label="output tok/s (left)"),
-               Line2D([], [], color="#ff7f0e", lw=0.9, label="in flight, client (right)"),
-               Line2D([], [], color="#7f7f7f", lw=0.8, ls=":", label="running, server /metrics (right)"),
-               Patch(color="#2ca02c", alpha=0.13, label="steady-state window (MSER-5); dashed: its mean")]
-    fig.legend(handles=handles, loc="outside lower center", ncols=4, frameon=False, fontsize=7.5)
-    _title(fig, f"{res['spec']['name']}: throughput and requests in flight over time, per trial "
-                f"({res['within']['bin_s']:g} s bins)", res, size=9.5)
+    _title(fig, f"{a.spec.name}: server-reported running / waiting requests per trial", a, size=9.5)
     return fig
 
 
@@ -532,26 +473,27 @@ def _wrap(text: str, width: int) -> str:
 # --------------------------------------------------------------- top level ----
 
 
-def _builders(data: RunData, res: dict) -> dict[str, Any]:
+def _builders(data: RunData, res: Analysis | dict) -> dict[str, Any]:
+    a = as_analysis(res)
     return {
-        "throughput_vs_concurrency": lambda: _fig_throughput(res, data),
-        "user_vs_total_throughput": lambda: user_vs_total_figure(res, data, title=_title),
-        "latency_vs_concurrency": lambda: _fig_latency_conc(res),
-        "latency_vs_throughput": lambda: _fig_latency_tput(res),
-        "latency_ecdf": lambda: _fig_ecdf(res, data),
-        "telemetry": lambda: _fig_telemetry(res, data),
-        "throughput_over_time": lambda: _fig_over_time(res),
-        "host_over_time": lambda: host_over_time(res, data, title=_title, wrap=_wrap),
+        "throughput_vs_concurrency": lambda: _fig_throughput(a, data),
+        "user_vs_total_throughput": lambda: user_vs_total_figure(a, data, title=_title),
+        "latency_vs_concurrency": lambda: _fig_latency_conc(a),
+        "latency_vs_throughput": lambda: _fig_latency_tput(a),
+        "latency_ecdf": lambda: _fig_ecdf(a, data),
+        "telemetry": lambda: _fig_telemetry(a, data),
+        "throughput_over_time": lambda: throughput_over_time(a, title=_title, wrap=_wrap),
+        "host_over_time": lambda: host_over_time(a, data, title=_title, wrap=_wrap),
     }
 
 
-def figure_names(res: dict) -> tuple[str, ...]:
+def figure_names(res: Analysis | dict) -> tuple[str, ...]:
     """The figures of this run: FIGURE_NAMES, and host_over_time where the run has host telemetry (so a run
     recorded before it existed renders the same files)."""
-    return FIGURE_NAMES + (("host_over_time",) if "bottleneck" in res else ())
+    return FIGURE_NAMES + (("host_over_time",) if as_analysis(res).bottleneck is not None else ())
 
 
-def build_figure(name: str, data: RunData, res: dict) -> Figure:
+def build_figure(name: str, data: RunData, res: Analysis | dict) -> Figure:
     """One figure (one of FIGURE_NAMES) as a matplotlib Figure, drawn under the fixed rc settings; nothing saved."""
     with matplotlib.rc_context():
         matplotlib.rcdefaults()
@@ -559,14 +501,15 @@ def build_figure(name: str, data: RunData, res: dict) -> Figure:
         return _builders(data, res)[name]()
 
 
-def figure_bytes(data: RunData, res: dict) -> dict[str, bytes]:
+def figure_bytes(data: RunData, res: Analysis | dict) -> dict[str, bytes]:
     """File name -> bytes (PNG and SVG of every figure), in a fixed order; nothing written."""
     out: dict[str, bytes] = {}
+    a = as_analysis(res)
     with matplotlib.rc_context():
         matplotlib.rcdefaults()
         matplotlib.rcParams.update(RC)
-        builders = _builders(data, res)
-        for name in figure_names(res):
+        builders = _builders(data, a)
+        for name in figure_names(a):
             png, svg = _save(builders[name]())
             out[f"{name}.png"] = png
             out[f"{name}.svg"] = svg
@@ -574,7 +517,7 @@ def figure_bytes(data: RunData, res: dict) -> dict[str, bytes]:
 
 
 def render_figures(run_dir: Path, out_dir: Path | None = None, *, data: RunData | None = None,
-                   analysis: dict | None = None, rendered: dict[str, bytes] | None = None) -> list[Path]:
+                   analysis: Analysis | dict | None = None, rendered: dict[str, bytes] | None = None) -> list[Path]:
     """Render every figure of a run to out_dir (default run_dir/figures); return the files written.
 
     The analysis is computed in memory from the raw files (never read from analysis/); `data` and

@@ -50,9 +50,10 @@ from evidence.analysis.findings import comparison_family, dominance, ordering, s
 from evidence.analysis.goodput import goodput
 from evidence.analysis.latency import METHOD as LATENCY_INTERVALS, attach_intervals
 from evidence.analysis.load import RunData, TrialData, load_run
-from evidence.analysis.model import (Analysis, Arms, Comparison, Completeness, Dominance, Goodput, Ordering, Point,
-                                     RunInfo, RunScope, Sequential, Setup, SpecInfo, TelemetryRow, Trial,
-                                     VarianceComponents, VariancePoint, Within, WithinPoint, WithinTrial, as_analysis)
+from evidence.analysis.model import (Analysis, Arms, Comparison, Completeness, Dominance, EngineChange, Goodput,
+                                     Ordering, Pin, Point, RunInfo, RunScope, Sequential, Setup, SpecInfo,
+                                     TelemetryRow, Trial, VarianceComponents, VariancePoint, Within, WithinPoint,
+                                     WithinTrial, as_analysis)
 from evidence.analysis.numbers import JSON_DECIMALS, interval_text, label, mean_of, round_floats
 from evidence.analysis.stats import components_of, scope_note_of, scope_of
 from evidence.analysis.tables import CSV_DECIMALS, csv_names, point_row, trial_row
@@ -158,8 +159,9 @@ def _setup(data: RunData) -> Setup:
                 later_diff.append({"file": data.engine_resolved_files[i - 1], "name": k,
                                    "first": base.get(k), "this": other.get(k)})
     return Setup(engine_resolved=data.engine_resolved, engine_resolved_files=data.engine_resolved_files,
-                 engine_resolved_changes=later_diff, pins=pins, provenance_files=data.provenance_files,
-                 profile_files=data.profile_files)
+                 engine_resolved_changes=[EngineChange.from_dict(c) for c in later_diff],
+                 pins=[Pin.from_dict(p) if isinstance(p, dict) else p for p in pins],
+                 provenance_files=data.provenance_files, profile_files=data.profile_files)
 
 
 def compute_analysis(data: RunData) -> dict:

@@ -15,6 +15,7 @@ from matplotlib.lines import Line2D
 
 from evidence.analysis.bottleneck import rate_series
 from evidence.analysis.load import RunData
+from evidence.analysis.model import Analysis, as_analysis
 
 ROLE_STYLE = {
     "api_server": ("#d62728", "-"),
@@ -24,14 +25,17 @@ ROLE_STYLE = {
 }
 
 
-def host_over_time(res: dict, data: RunData, *, title: Callable[..., None], wrap: Callable[[str, int], str]) -> Figure:
+def host_over_time(
+    res: Analysis | dict, data: RunData, *, title: Callable[..., None], wrap: Callable[[str, int], str]
+) -> Figure:
     """One panel per trial, on the trial clock: CPU in cores of each engine process role and of the client, the
     GPU's busy fraction (left axis), output tok/s (right axis); the title gives the trial's bottleneck reading."""
-    pts = res["spec"]["points"]
-    R = res["spec"]["repeats"]
+    a = as_analysis(res)
+    pts = a.spec.points
+    R = a.spec.repeats
     fig = Figure(figsize=(min(3.6 * len(pts), 15.0), 2.4 * R + 0.9), layout="constrained")
-    neck = {(t["repeat"], t["point"]): t for t in res["bottleneck"]["trials"]}
-    within = {(w["repeat"], w["point"]): w for w in res["within"]["trials"]}
+    neck = {(t["repeat"], t["point"]): t for t in (a.bottleneck or {})["trials"]}  # the reading: a dict
+    within = {(w.repeat, w.point): w for w in a.within.trials}
     tds = {(t.repeat, t.point): t for t in data.trials}
     roles_drawn: list[str] = []
     axes = fig.subplots(R, len(pts), squeeze=False)
@@ -76,11 +80,11 @@ def host_over_time(res: dict, data: RunData, *, title: Callable[..., None], wrap
             if b.get("window_s"):
                 ax.axvspan(b["window_s"][0], b["window_s"][1], color="#999999", alpha=0.12, lw=0)
             ax.set_ylim(bottom=0)
-            if w and w["status"] == "present":
+            if w and w.status == "present":
                 ax2 = ax.twinx()
                 ax2.plot(
-                    [x + w["bin_s"] / 2 for x in w["series"]["t"]],
-                    w["series"]["output_tps"],
+                    [x + (w.bin_s or 0.0) / 2 for x in w.series["t"]],
+                    w.series["output_tps"],
                     color="#1f77b4",
                     lw=0.7,
                     alpha=0.6,
@@ -112,7 +116,7 @@ def host_over_time(res: dict, data: RunData, *, title: Callable[..., None], wrap
     fig.legend(handles=handles, loc="outside lower center", ncols=min(len(handles), 4), frameon=False, fontsize=7.5)
     title(
         fig,
-        f"{res['spec']['name']}: engine processes' CPU, GPU busy and throughput per trial "
+        f"{a.spec.name}: engine processes' CPU, GPU busy and throughput per trial "
         "(grey: plateau window of the reading)",
         res,
         size=9.5,

@@ -10,7 +10,7 @@ these fields, never by parsing the sentences.
 from __future__ import annotations
 
 from evidence.analysis.load import RunData
-from evidence.analysis.model import Analysis, DominancePair, Steady
+from evidence.analysis.model import Analysis, DominancePair, Pin, Steady
 from evidence.analysis.numbers import label
 
 # Every kind a caveat can have. A kind that restates a verdict line (comparison_verdict, dominance_verdict,
@@ -122,11 +122,11 @@ def caveat_entries(data: RunData, res: Analysis) -> list[dict]:
                 f"Prompt lengths: nominal {spec.workload.input_len} tokens; the server reported {rng} at {p.label}.",
                 p.label)
             break
-    bad = [p for p in res.setup.pins if isinstance(p, dict) and p.get("ok") is False]
+    bad = [p for p in res.setup.pins if isinstance(p, Pin) and p.ok is False]
     if bad:
         add("pins_drift", "Pins that did not hold (run with drift allowed): " + "; ".join(
-            f"{p.get('pin')}: requested {p.get('requested')!r}, effective {p.get('effective')!r}" for p in bad) + ".",
-            f"{len(bad)} pin(s) did not hold (drift allowed): {_names([str(p.get('pin')) for p in bad])}.")
+            f"{p.pin}: requested {p.requested!r}, effective {p.effective!r}" for p in bad) + ".",
+            f"{len(bad)} pin(s) did not hold (drift allowed): {_names([str(p.pin) for p in bad])}.")
     inputs = [c for r in ((data.run_info or {}).get("inputs_changed") or []) if isinstance(r, dict)
               for c in (r.get("changes") or []) if isinstance(c, dict)]
     if inputs:  # resumed with --allow-drift after the harness code or the tokenizer changed
@@ -138,14 +138,14 @@ def caveat_entries(data: RunData, res: Analysis) -> list[dict]:
     # Resolved VALUES are compared, not their records: a restart that quotes a longer log line as the
     # source of the same value changed nothing.
     val = lambda v: v.get("value") if isinstance(v, dict) and "value" in v else v  # noqa: E731
-    changed = {d["name"]: d for d in res.setup.engine_resolved_changes if val(d["first"]) != val(d["this"])}
+    changed = {d.name: d for d in res.setup.engine_resolved_changes if val(d.first) != val(d.this)}
     if changed:
         first = sorted(changed)[0]
         add("engine_restart_values", "The engine was restarted and resolved some settings to different values: "
-            + "; ".join(f"{k}: {val(d['first'])!r} -> {val(d['this'])!r} ({d['file']})"
+            + "; ".join(f"{k}: {val(d.first)!r} -> {val(d.this)!r} ({d.file})"
                         for k, d in sorted(changed.items())) + ".",
             f"After an engine restart {len(changed)} resolved setting(s) differ: {first} "
-            f"{val(changed[first]['first'])!r} -> {val(changed[first]['this'])!r}"
+            f"{val(changed[first].first)!r} -> {val(changed[first].this)!r}"
             + (f" and {len(changed) - 1} more" if len(changed) > 1 else "") + ".")
     split = {k: v for k, v in sorted(data.session_starts.items()) if len(v) > 1}
     for k, befores in split.items():  # a resume restarted the engine inside a planned session

@@ -32,6 +32,7 @@ from typing import Any, Sequence
 import numpy as np
 from scipy import stats as sps
 
+from evidence.analysis.model_rows import Interval
 from evidence.analysis.stats import scope_of, session_means, variance_components
 from evidence.analysis.tables import latency_stats
 from evidence.metrics import pct_key
@@ -120,14 +121,15 @@ def interval(values: Sequence[float], sessions: Sequence[int] | None = None, *, 
     return out
 
 
-def absent_short(iv: dict) -> str | None:
+def absent_short(iv: Interval | dict) -> str | None:
     """The reason an interval is absent, in a few words (None when it is present). An analysis.json from before
     `absent_short` had two reasons: fewer than 2 units, else a per-trial value <= 0."""
-    if iv.get("ci_low") is not None and not iv.get("absent"):
+    iv = iv if isinstance(iv, Interval) else Interval.from_dict(iv)
+    if iv.ci_low is not None and not iv.absent:
         return None
-    if iv.get("absent_short"):
-        return str(iv["absent_short"])
-    return f"n = {iv['n']}" if iv["n"] < 2 else "a trial's value is <= 0"
+    if iv.absent_short:
+        return str(iv.absent_short)
+    return f"n = {iv.n}" if iv.n < 2 else "a trial's value is <= 0"
 
 
 def shown_keys(percentiles: Sequence[float]) -> list[str]:

@@ -11,7 +11,7 @@ from it reads as its default (None or empty), never as an error, and is not writ
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Union
+from typing import Any, Union
 
 from evidence.analysis.model_rows import (
     Comparison,
@@ -34,6 +34,11 @@ __all__ = [
     "Analysis",
     "Arms",
     "ArmComparison",
+    "ArmVerdict",
+    "CaveatKind",
+    "EngineChange",
+    "GoodputPoint",
+    "Pin",
     "Completeness",
     "Comparison",
     "Dominance",
@@ -232,6 +237,7 @@ class Steady(Record):
     trend_rho: float | None = None
     trend_p: float | None = None
     needed_s: float | None = None  # the trial length a steady state would need (None: no drift found)
+    detectable_drift: float | None = None  # the drift the trend test would see with 80% power (absent in older ones)
     note: str | None = None
     extra: dict = extra_keys()
     unset: frozenset[str] = unset_keys()
@@ -240,7 +246,11 @@ class Steady(Record):
 @dataclass(frozen=True)
 class WithinTrial(Record):
     trial: str = ""
+    repeat: int = 0
+    point: int = 0
     status: str = ""
+    absent: str | None = None  # why there is no series
+    bin_s: float | None = None
     series: dict = field(default_factory=dict)  # t, output_tps, in_flight, running, waiting per bin
     steady: Steady | None = None
     waves: dict | None = None  # note, and the period or modes found
@@ -251,6 +261,7 @@ class WithinTrial(Record):
 @dataclass(frozen=True)
 class WithinPoint(Record):
     point: int = 0
+    trials: int = 0
     steady_throughput_mean: float | None = None
     steady_trials: int = 0
     wave_trials: int = 0
@@ -286,10 +297,21 @@ class GoodputTrial(Record):
 
 
 @dataclass(frozen=True)
+class GoodputPoint(Record):
+    point: int = 0
+    n: int = 0
+    goodput_rps_mean: float | None = None
+    attainment_mean: float | None = None
+    flags: list[str] = field(default_factory=list)
+    extra: dict = extra_keys()
+    unset: frozenset[str] = unset_keys()
+
+
+@dataclass(frozen=True)
 class Goodput(Record):
     slos_ms: dict[str, float] = field(default_factory=dict)
     trials: list[GoodputTrial] = field(default_factory=list)
-    points: list[dict] = field(default_factory=list)
+    points: list[GoodputPoint] = field(default_factory=list)
     absent: str | None = None  # None: the spec sets SLOs
     extra: dict = extra_keys()
     unset: frozenset[str] = unset_keys()
@@ -341,9 +363,32 @@ class ArmComparison(Record):
 
 
 @dataclass(frozen=True)
+class ArmVerdict(Record):
+    """A test inside one arm (`arm`: point a against point b) or of the interaction (`arm_a` against `arm_b`: does
+    the arm change how a and b compare?), its interval at its Holm level."""
+
+    a: int = 0
+    b: int = 0
+    arm: str | None = None
+    arm_a: str | None = None
+    arm_b: str | None = None
+    verdict: str = ""
+    effect: float | None = None
+    ci: list[float] | None = None
+    ci_level: float | None = None
+    margin: float | None = None
+    scope: str | None = None
+    statement: str = ""
+    extra: dict = extra_keys()
+    unset: frozenset[str] = unset_keys()
+
+
+@dataclass(frozen=True)
 class Arms(Record):
     method: str = ""
     comparisons: list[ArmComparison] = field(default_factory=list)
+    within: list[ArmVerdict] = field(default_factory=list)  # the declared comparisons inside each arm
+    interaction: list[ArmVerdict] = field(default_factory=list)
     extra: dict = extra_keys()
     unset: frozenset[str] = unset_keys()
 
@@ -397,13 +442,49 @@ class RunScope(Record):
 
 
 @dataclass(frozen=True)
+class EngineChange(Record):
+    """A setting engine/resolved.json of a later server start (`file`) resolved unlike the first one's."""
+
+    file: str = ""
+    name: str = ""
+    first: Any = None  # the resolved entry as each file holds it ({value, source...} or a bare value)
+    this: Any = None
+    extra: dict = extra_keys()
+    unset: frozenset[str] = unset_keys()
+
+
+@dataclass(frozen=True)
+class Pin(Record):
+    """A pin of provenance.json: what the spec requested and what the environment had."""
+
+    pin: Any = None
+    requested: Any = None
+    effective: Any = None
+    ok: bool | None = None
+    note: str | None = None
+    extra: dict = extra_keys()
+    unset: frozenset[str] = unset_keys()
+
+
+@dataclass(frozen=True)
 class Setup(Record):
     engine_resolved: dict | None = None
     engine_resolved_files: list[str] = field(default_factory=list)
-    engine_resolved_changes: list[dict] = field(default_factory=list)
-    pins: list = field(default_factory=list)
+    engine_resolved_changes: list[EngineChange] = field(default_factory=list)
+    pins: list[Pin] = field(default_factory=list)  # an entry that is no object stays as provenance.json has it
     provenance_files: list[str] = field(default_factory=list)
     profile_files: list[str] = field(default_factory=list)
+    extra: dict = extra_keys()
+    unset: frozenset[str] = unset_keys()
+
+
+@dataclass(frozen=True)
+class CaveatKind(Record):
+    """What a caveat is (its kind), what it is about (a comparison's name, or None) and its one-line form."""
+
+    kind: str | None = None
+    about: str | None = None
+    short: str | None = None
     extra: dict = extra_keys()
     unset: frozenset[str] = unset_keys()
 
@@ -430,7 +511,7 @@ class Analysis(Record):
     scope: RunScope = field(default_factory=RunScope)
     ordering: Ordering = field(default_factory=Ordering)
     caveats: list[str] = field(default_factory=list)
-    caveat_kinds: list[dict] = field(default_factory=list)  # {kind, about, short} per caveat
+    caveat_kinds: list[CaveatKind] = field(default_factory=list)  # one per caveat, in the same order
     bottleneck: dict | None = None  # only with host telemetry (evidence.analysis.bottleneck)
     files: list[str] = field(default_factory=list)
     extra: dict = extra_keys()

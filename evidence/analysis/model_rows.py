@@ -56,6 +56,7 @@ class Interval(Record):
     unit: str = ""
     level: float | None = None
     absent: str | None = None  # why there is no interval
+    absent_short: str | None = None  # the reason in a few words (absent in older analyses)
     extra: dict = extra_keys()
     unset: frozenset[str] = unset_keys()
 
@@ -103,7 +104,6 @@ class Point(Record):
     absent: dict[str, str] = field(default_factory=dict)
     extra: dict = extra_keys()
     unset: frozenset[str] = unset_keys()
-    raw: dict = field(default_factory=dict, repr=False, compare=False)  # report/context.py still reads it
 
 
 @dataclass(frozen=True)

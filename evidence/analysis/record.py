@@ -42,8 +42,6 @@ class Record:
         names = {f.name for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
         kw["extra"] = {k: v for k, v in d.items() if k not in names or k in _OWN}
         kw["unset"] = frozenset(unset)
-        if "raw" in names:
-            kw["raw"] = d
         return cls(**kw)
 
     def to_dict(self) -> dict:
@@ -59,7 +57,7 @@ class Record:
         return out
 
 
-_OWN = ("extra", "unset", "raw")  # the record's own fields, never keys of analysis.json
+_OWN = ("extra", "unset")  # the record's own fields, never keys of analysis.json
 
 
 def extra_keys() -> Any:

@@ -18,6 +18,7 @@ from typing import Callable
 from matplotlib.figure import Figure
 
 from evidence.analysis.load import RunData
+from evidence.analysis.model import Analysis, as_analysis
 from evidence.analysis.numbers import label
 from evidence.metrics import trial_metrics
 
@@ -53,7 +54,7 @@ def user_vs_total(data: RunData) -> list[dict]:
     return out
 
 
-def user_vs_total_figure(res: dict, data: RunData, *, title: Callable[..., None]) -> Figure:
+def user_vs_total_figure(res: Analysis | dict, data: RunData, *, title: Callable[..., None]) -> Figure:
     """One marker per point at (total output tok/s, per-user output tok/s), labelled with its concurrency, joined in
     increasing concurrency; points with nothing measured are named, not drawn."""
     rows = sorted(user_vs_total(data), key=lambda r: r["point"])
@@ -105,7 +106,7 @@ def user_vs_total_figure(res: dict, data: RunData, *, title: Callable[..., None]
     ax.set_ylabel("output tok/s per user (per request)")
     title(
         fig,
-        f"{res['spec']['name']}: output tokens/s per user against total output tokens/s\nper user: each "
+        f"{as_analysis(res).spec.name}: output tokens/s per user against total output tokens/s\nper user: each "
         "request's output tokens / its send-to-last-token time (mean over requests)",
         res,
     )

@@ -3,12 +3,13 @@ recorded with host telemetry only."""
 
 from __future__ import annotations
 
+from evidence.analysis.model import Analysis, as_analysis
 from evidence.report.format import fixed, pct, section, table
 
 
-def bottleneck_sections(res: dict, have: list[str]) -> list[dict]:
+def bottleneck_sections(res: Analysis | dict, have: list[str]) -> list[dict]:
     """The host telemetry's reading per trial and per point (runs recorded with host telemetry only)."""
-    neck = res.get("bottleneck")
+    neck = as_analysis(res).bottleneck
     if neck is None:
         return []
     roles = [

@@ -28,7 +28,7 @@ from typing import Any
 from evidence.resources import TEMPLATES
 from evidence.analysis.analyze import METHODS, compute_analysis
 from evidence.analysis.load import RunData, load_run
-from evidence.analysis.model import Analysis
+from evidence.analysis.model import Analysis, EngineChange, Pin, Steady, as_analysis
 from evidence.analysis.numbers import label
 from evidence.analysis.tables import CSV_DECIMALS
 from evidence.canon import write_atomic
@@ -94,7 +94,7 @@ def find_templates(templates_dir: Path | None = None) -> Path:
 # ------------------------------------------------------------------ sections ----
 
 
-def _setup_tables(data: RunData, res: dict) -> list[dict]:
+def _setup_tables(data: RunData, a: Analysis) -> list[dict]:
     s = data.spec
     w, sw = s.workload, s.sweep
     rows = [
@@ -120,12 +120,12 @@ def _setup_tables(data: RunData, res: dict) -> list[dict]:
     prov = data.provenance or {}
     prow = provenance_rows(prov)
     if prow:
-        later = res["setup"]["provenance_files"][1:]
+        later = a.setup.provenance_files[1:]
         out.append(table("Environment found (provenance.json" + (f"; after engine restarts also {', '.join(later)}"
                                                                  if later else "") + ")", ["item", "value"], prow, "ll"))
     elif not prov:
         out.append(table("Environment found", ["item", "value"], [(PROVENANCE_JSON, "absent from the run")], "ll"))
-    er = res["setup"]["engine_resolved"]
+    er = a.setup.engine_resolved
     if isinstance(er, dict) and er:
         rows = []
         for k in sorted(er):
@@ -138,11 +138,11 @@ def _setup_tables(data: RunData, res: dict) -> list[dict]:
                 rows.append((k, text(v), "", "n/a"))
         # A restart is compared on resolved VALUES; a source that quotes a longer log line changes nothing.
         val = lambda v: v.get("value") if isinstance(v, dict) and "value" in v else v  # noqa: E731
-        changes = res["setup"]["engine_resolved_changes"]
-        moved = [c for c in changes if val(c["first"]) != val(c["this"])]
-        same = sorted({c["name"] for c in changes if val(c["first"]) == val(c["this"])})
+        changes = [c for c in a.setup.engine_resolved_changes if isinstance(c, EngineChange)]
+        moved = [c for c in changes if val(c.first) != val(c.this)]
+        same = sorted({c.name for c in changes if val(c.first) == val(c.this)})
         note = ("After an engine restart these settings resolved to different values: " + "; ".join(
-            f"{c['name']}: {text(val(c['first']))} -> {text(val(c['this']))} ({c['file']})" for c in moved) + ". "
+            f"{c.name}: {text(val(c.first))} -> {text(val(c.this))} ({c.file})" for c in moved) + ". "
             if moved else "")
         note += (f"After an engine restart {', '.join(same)} resolved to the same values; only the log line quoted "
                  "as their source differs. " if same else "")
@@ -150,36 +150,35 @@ def _setup_tables(data: RunData, res: dict) -> list[dict]:
                          "spec asked for, and where each value was read", ["setting", "value", "requested", "source"],
                          rows, "llll", note + "requested: what the spec asked for (empty: left to the engine); "
                          "source: the server log line or engine default each value was read from."))
-    pins = res["setup"]["pins"]
+    pins = a.setup.pins
     if pins:
         out.append(table("Pins: requested by the spec vs effective in the environment",
                          ["pin", "requested", "effective", "holds", "note"],
-                         [(text(p.get("pin")), text(p.get("requested")), text(p.get("effective")),
-                           "yes" if p.get("ok") else "NO", text(p.get("note")) if p.get("note") else "")
-                          for p in pins if isinstance(p, dict)], "lllll"))
+                         [(text(p.pin), text(p.requested), text(p.effective),
+                           "yes" if p.ok else "NO", text(p.note) if p.note else "")
+                          for p in pins if isinstance(p, Pin)], "lllll"))
     order_rows = []
     by_rep: dict[int, list] = {}
-    for t in res["trials"]:
-        by_rep.setdefault(t["repeat"], []).append(t)
+    for t in a.trials:
+        by_rep.setdefault(t.repeat, []).append(t)
     for r in sorted(by_rep):
-        ts = sorted(by_rep[r], key=lambda t: t["position"])
-        order_rows.append((f"repeat {r}", " -> ".join(label(t["point"]) + ("" if t["status"] == "present" else " (missing)")
+        ts = sorted(by_rep[r], key=lambda t: t.position)
+        order_rows.append((f"repeat {r}", " -> ".join(label(t.point) + ("" if t.present else " (missing)")
                                                    for t in ts)))
     out.append(table("Execution order (plan.json)", ["repeat", "points in the order they ran"], order_rows, "ll"))
     return out
 
 
-def _points_table(res: dict) -> dict:
-    a = Analysis.from_dict(res)
+def _points_table(a: Analysis) -> dict:
     kind = a.spec.cv
-    wp = {w["point"]: w for w in res["within"]["points"]}
+    wp = {w.point: w for w in a.within.points}
     rows = []
     for p in a.points:
         tp = p.output_throughput
         w = wp[p.point]
-        rows.append((p.label, num(tp.mean), num(w["steady_throughput_mean"]), f"{w['steady_trials']}/{w['trials']}",
+        rows.append((p.label, num(tp.mean), num(w.steady_throughput_mean), f"{w.steady_trials}/{w.trials}",
                      pct(tp.cv), num(tp.min), num(tp.max), pct(tp.rel_range),
-                     f"{p.repeats_measured}/{p.repeats_planned}", num(p.raw["request_throughput"]["mean"], 3),
+                     f"{p.repeats_measured}/{p.repeats_planned}", num(p.request_throughput.mean, 3),
                      num(p.failed), num(p.output_len_mismatches),
                      join_flags(p.flags + [f"{k}: {v}" for k, v in sorted(p.absent.items())])))
     return table(f"Output throughput per point over repeats (tok/s; CV = {kind} std / mean; range = (max - min) / mean)",
@@ -195,12 +194,13 @@ def _points_table(res: dict) -> dict:
                  "usage.completion_tokens differs from max_tokens (under ignore_eos it should not).")
 
 
-def _prompt_table(res: dict) -> dict:
+def _prompt_table(a: Analysis) -> dict:
     rows = []
-    for p in res["points"]:
-        srv = p["prompt_tokens"]["server"] or {}
-        rows.append((p["label"], num(p["prompt_tokens"]["input_len_nominal"]), num(p["prompt_tokens"]["nominal_mean"]),
-                     num(srv.get("min")), num(srv.get("max")), num(srv.get("mean")), num(p["chunk_usage_mismatches"])))
+    for p in a.points:
+        pt = p.prompt_tokens
+        srv = pt.server or {}
+        rows.append((p.label, num(pt.input_len_nominal), num(pt.nominal_mean),
+                     num(srv.get("min")), num(srv.get("max")), num(srv.get("mean")), num(p.chunk_usage_mismatches)))
     return table("Prompt tokens: nominal (what the workload asked for) vs what the server reported (usage.prompt_tokens)",
                  ["point", "nominal", "sent (mean)", "server min", "server max", "server mean",
                   "chunk != usage count"], rows, None,
@@ -211,33 +211,33 @@ def _prompt_table(res: dict) -> dict:
                  "tokens in one chunk; then ITL is per chunk, not per token).")
 
 
-def _telemetry_table(res: dict) -> dict:
+def _telemetry_table(a: Analysis) -> dict:
     rows = []
-    for t in res["telemetry"]:
-        if t["status"] != "present":
-            rows.append((t["trial"], num(t["position"]), "n/a", "n/a", "n/a", "n/a", "n/a", "n/a", "n/a", t["absent"]))
+    for t in a.telemetry:
+        if t.status != "present":
+            rows.append((t.trial, num(t.position), "n/a", "n/a", "n/a", "n/a", "n/a", "n/a", "n/a", t.absent))
             continue
-        su, mx, de = t["sustained"], t["max"], t["delta"]
-        rows.append((t["trial"], num(t["position"]), num(su["running"], 1), num(su["waiting"], 1),
+        su, mx, de = t.sustained, t.max, t.delta  # per gauge, named by the engine adapter
+        rows.append((t.trial, num(t.position), num(su["running"], 1), num(su["waiting"], 1),
                      num(su["kv_cache_usage"], 4), num(mx["running"], 0), num(mx["waiting"], 0),
-                     num(de["preemptions"], 0), num(t["samples"]),
-                     join_flags([f"{k}: {v}" for k, v in sorted(t["absent_keys"].items())])))
+                     num(de["preemptions"], 0), num(t.samples),
+                     join_flags([f"{k}: {v}" for k, v in sorted(t.absent_keys.items())])))
     return table("Engine telemetry per trial: sustained = median over the plateau window (ramp-up and drain excluded)",
                  ["trial", "position", "running (sust.)", "waiting (sust.)", "KV cache use (sust.)", "running max",
                   "waiting max", "preemptions", "samples", "absent"], rows, "lrrrrrrrrl", METHODS["telemetry_plateau"]
                  + ". KV cache use is as the server reports it (vLLM: a fraction 0-1).")
 
 
-def _goodput_tables(res: dict) -> tuple[list[str], list[dict]]:
-    g = res["goodput"]
-    if g["absent"]:
-        return [g["absent"] + "."], []
-    rows = [(t["trial"], num(t["position"]), num(t["requests"]), num(t["meeting"]), num(t["undetermined"]),
-             pct(t["attainment"]), num(t["goodput_rps"], 4), join_flags(t["flags"] + ([t["absent"]] if t["absent"] else [])))
-            for t in g["trials"]]
-    prow = [(label(p["point"]), num(p["n"]), num(p["goodput_rps_mean"], 4), pct(p["attainment_mean"]), join_flags(p["flags"]))
-            for p in g["points"]]
-    slo = ", ".join(f"{k} <= {v:g} ms" for k, v in g["slos_ms"].items())
+def _goodput_tables(a: Analysis) -> tuple[list[str], list[dict]]:
+    g = a.goodput
+    if g.absent:
+        return [g.absent + "."], []
+    rows = [(t.trial, num(t.position), num(t.requests), num(t.meeting), num(t.undetermined),
+             pct(t.attainment), num(t.goodput_rps, 4), join_flags(t.flags + ([t.absent] if t.absent else [])))
+            for t in g.trials]
+    prow = [(label(p.point), num(p.n), num(p.goodput_rps_mean, 4), pct(p.attainment_mean), join_flags(p.flags))
+            for p in g.points]
+    slo = ", ".join(f"{k} <= {v:g} ms" for k, v in g.slos_ms.items())
     return ([f"SLOs: {slo}. {METHODS['goodput']}."],
             [table("Goodput per point (mean over repeats)", ["point", "repeats", "goodput req/s", "attainment", "flags"],
                    prow, "lrrrl"),
@@ -245,22 +245,22 @@ def _goodput_tables(res: dict) -> tuple[list[str], list[dict]]:
                                          "goodput req/s", "flags"], rows, "lrrrrrrl")])
 
 
-def _trials_table(res: dict) -> dict:
+def _trials_table(a: Analysis) -> dict:
     rows = []
-    within = {w["trial"]: w for w in res["within"]["trials"]}
-    for t in res["trials"]:
-        lat = t["latency"] or {}
-        st = (within[t["id"]].get("steady") or {})
-        window = (f"{num(st['throughput'])} ({st['start_s']:.2f}-{st['end_s']:.2f} s"
-                  + ((f"; no trend, a ±{100 * st['detectable_drift']:.1f}% drift would show"
-                      if st.get("detectable_drift") is not None else "") if st["steady"] else
-                     ", no steady state" if st["needed_s"] else ", too short to tell") + ")"
-                  if st.get("throughput") is not None else "n/a")
-        rows.append((t["id"], num(t["repeat"]), label(t["point"]), num(t["position"]), t["status"], num(t["requests"]),
-                     num(t["completed"]), num(t["failed"]), num(t["duration_s"], 3), num(t["output_throughput"]), window,
+    within = {w.trial: w for w in a.within.trials}
+    for t in a.trials:
+        lat = t.latency or {}  # metric -> statistic -> ms
+        st = within[t.id].steady or Steady()
+        window = (f"{num(st.throughput)} ({st.start_s:.2f}-{st.end_s:.2f} s"
+                  + ((f"; no trend, a ±{100 * st.detectable_drift:.1f}% drift would show"
+                      if st.detectable_drift is not None else "") if st.steady else
+                     ", no steady state" if st.needed_s else ", too short to tell") + ")"
+                  if st.throughput is not None else "n/a")
+        rows.append((t.id, num(t.repeat), label(t.point), num(t.position), t.status, num(t.requests),
+                     num(t.completed), num(t.failed), num(t.duration_s, 3), num(t.output_throughput), window,
                      *[num((lat.get(m) or {}).get("mean"), 2) for m in HEADLINE_METRICS],
-                     pct(t["client_cpu_util"], d=0) if t["client_cpu_util"] is not None else "n/a",
-                     join_flags(t["flags"])))
+                     pct(t.client_cpu_util, d=0) if t.client_cpu_util is not None else "n/a",
+                     join_flags(t.flags)))
     return table("Every trial, in execution order", ["trial", "repeat", "point", "position", "status", "requests",
                                                      "completed", "failed", "duration s", "tok/s",
                                                      "steady-state tok/s (window)",
@@ -288,9 +288,10 @@ def _dates(data: RunData) -> str:
 # ------------------------------------------------------------------- context ----
 
 
-def build_context(run_dir: Path, data: RunData, res: dict, figs: dict[str, bytes], figures_rel: str = "../figures",
-                  profile: Any = ...) -> dict:
+def build_context(run_dir: Path, data: RunData, res: Analysis | dict, figs: dict[str, bytes],
+                  figures_rel: str = "../figures", profile: Any = ...) -> dict:
     spec = data.spec
+    a = as_analysis(res)
     have = [n[: -len(".png")] for n in figs if n.endswith(".png")]
     # A figure the layout does not place by name shows without a change here: one about latency against
     # concurrency beside that table, any other (per-trial time series...) in the within-trial section.
@@ -305,15 +306,15 @@ def build_context(run_dir: Path, data: RunData, res: dict, figs: dict[str, bytes
         "Each point's mean output tokens/s per user (per request: its output tokens over its send-to-last-token "
         "time) against its total output tokens/s: where the total stops growing while each user's rate keeps "
         "falling is the knee. Computed from the raw records."]))
-    sections.append(section("latency", "Latency against concurrency", tables=[latency_concurrency_table(res)],
+    sections.append(section("latency", "Latency against concurrency", tables=[latency_concurrency_table(a)],
                             figures=lat))
-    summary = comparison_summary_table(res)
-    sections.append(section("paired", "Paired comparisons", tables=([summary] if summary else []) + arms_tables(res),
-                            paragraphs=[] if res["comparisons"] else
+    summary = comparison_summary_table(a)
+    sections.append(section("paired", "Paired comparisons", tables=([summary] if summary else []) + arms_tables(a),
+                            paragraphs=[] if a.comparisons else
                             ["The spec names no comparison (analysis.comparisons); see the ordering in the appendix "
                              "'Throughput against latency'."]))
-    sections.append(section("throughput", "Throughput per point", tables=[_points_table(res)] + variance_tables(res)))
-    head = headline(res)
+    sections.append(section("throughput", "Throughput per point", tables=[_points_table(a)] + variance_tables(a)))
+    head = headline(a)
     # every caveat, in analysis order, as a short item with its full text behind a toggle (bullets: the full text,
     # for the markdown)
     sections.append(dict(section("all-caveats", "All caveats", bullets=head["caveats_all"], paragraphs=[
@@ -321,42 +322,42 @@ def build_context(run_dir: Path, data: RunData, res: dict, figs: dict[str, bytes
         "the most consequential ones and leaves out those that restate a verdict line."] if head["caveats_all"] else
         ["None found in the data."]), toggles=head["caveat_items_all"]))
     sections.append(section("paired-full", "Paired comparisons in full", appendix=True,
-                            tables=comparison_tables(res) + looks_tables(res),
+                            tables=comparison_tables(a) + looks_tables(a),
                             paragraphs=[METHODS["paired_test"] + ".", METHODS["multiplicity"] + ".",
-                                        METHODS["verdict"] + "."] if res["comparisons"] else
+                                        METHODS["verdict"] + "."] if a.comparisons else
                             ["The spec names no comparison (analysis.comparisons)."]))
     sections.append(section("timeseries", "Within each trial: throughput and requests over time", appendix=True,
-                            figures=extra + [n for n in ("telemetry",) if n in have], tables=[_telemetry_table(res)]))
-    sections.append(section("tradeoff", "Throughput against latency", tables=dominance_tables(res), appendix=True,
+                            figures=extra + [n for n in ("telemetry",) if n in have], tables=[_telemetry_table(a)]))
+    sections.append(section("tradeoff", "Throughput against latency", tables=dominance_tables(a), appendix=True,
                             figures=[n for n in ("latency_vs_throughput",) if n in have]))
     sections.append(section("distributions", "Latency distributions", appendix=True,
-                            tables=side_by_side_tables(res) + [latency_point_table(res)],
+                            tables=side_by_side_tables(a) + [latency_point_table(a)],
                             figures=[n for n in ("latency_ecdf",) if n in have]))
-    gp, gt = _goodput_tables(res)
+    gp, gt = _goodput_tables(a)
     sections.append(section("goodput", "SLO goodput", paragraphs=gp, tables=gt, appendix=True))
-    sections.append(section("trials", "Trials", tables=[_trials_table(res), _prompt_table(res)], appendix=True))
+    sections.append(section("trials", "Trials", tables=[_trials_table(a), _prompt_table(a)], appendix=True))
     sections.extend(dict(x, appendix=True) for x in _profile_sections(run_dir, profile) + _anchor_sections(run_dir)
-                    + bottleneck_sections(res, have))
-    c = res["completeness"]
-    comp_rows = [("trials planned", num(c["trials_planned"])), ("trials recorded", num(c["trials_present"])),
-                 ("missing", ", ".join(c["missing"]) or "none"),
-                 ("with failed requests", ", ".join(c["with_failures"]) or "none"),
-                 ("with no completed request", ", ".join(c["zero_completed"]) or "none"),
-                 ("not in the plan (ignored)", ", ".join(c["unexpected_trials"]) or "none"),
-                 ("plan.json matches the spec", "yes" if c["plan_matches_spec"] else "NO"),
-                 ("run status (run.json)", c["run_status"] or "unknown")]
+                    + bottleneck_sections(a, have))
+    c = a.completeness
+    comp_rows = [("trials planned", num(c.trials_planned)), ("trials recorded", num(c.trials_present)),
+                 ("missing", ", ".join(c.missing) or "none"),
+                 ("with failed requests", ", ".join(c.with_failures) or "none"),
+                 ("with no completed request", ", ".join(c.zero_completed) or "none"),
+                 ("not in the plan (ignored)", ", ".join(c.unexpected_trials) or "none"),
+                 ("plan.json matches the spec", "yes" if c.plan_matches_spec else "NO"),
+                 ("run status (run.json)", c.run_status or "unknown")]
     sections.append(section("completeness", "Appendix: completeness",
-                            tables=[table("Trials", ["item", "value"], comp_rows, "ll")], paragraphs=c["load_problems"],
+                            tables=[table("Trials", ["item", "value"], comp_rows, "ll")], paragraphs=c.load_problems,
                             appendix=True))
     sections.append(section("setup", "Appendix: setup, provenance, resolved settings and pins", appendix=True,
                             paragraphs=[spec.description.strip()] if spec.description.strip() else [],
-                            tables=_setup_tables(data, res)))
+                            tables=_setup_tables(data, a)))
     methods = [(k, v if isinstance(v, str) else json.dumps(v, sort_keys=True)) for k, v in sorted(METHODS.items())]
     methods += [(f"metric: {k}", v) for k, v in sorted(METRIC_DOCS.items())]
     env = render_environment()
-    repro = [("run id", res["run"]["run_id"] or "n/a"), ("spec sha256", res["run"]["spec_sha256"] or "n/a"),
+    repro = [("run id", a.run.run_id or "n/a"), ("spec sha256", a.run.spec_sha256 or "n/a"),
              ("dates (from raw data)", _dates(data)),
-             ("analysis files", ", ".join(res["files"])),
+             ("analysis files", ", ".join(a.files)),
              ("figure render environment", ", ".join(f"{k} {env[k]}" for k in sorted(env))),
              ("CSV decimals", ", ".join(f"{k} {v}" for k, v in sorted(CSV_DECIMALS.items())))]
     sections.append(section("methods", "Appendix: methods and reproducibility", appendix=True,
@@ -371,12 +372,12 @@ def build_context(run_dir: Path, data: RunData, res: dict, figs: dict[str, bytes
                          "md_path": f"{figures_rel}/{name}.png",
                          "png_b64": base64.b64encode(figs[f"{name}.png"]).decode("ascii")}
     return {
-        "title": spec.title, "name": spec.name, "bottom_line": bottom_line(res),
-        "bottom_line_more": bottom_line_more(res), "run_id": res["run"]["run_id"] or "(unknown run id)",
-        "status": c["run_status"] or "unknown", "dates": _dates(data),
+        "title": spec.title, "name": spec.name, "bottom_line": bottom_line(a),
+        "bottom_line_more": bottom_line_more(a), "run_id": a.run.run_id or "(unknown run id)",
+        "status": c.run_status or "unknown", "dates": _dates(data),
         "headline": dict(head, figure="throughput_vs_concurrency"),
         "sections": sections, "figures": figures,
-        "caution": Analysis.from_dict(res).caution,
+        "caution": a.caution,
     }
 
 
@@ -462,7 +463,7 @@ def _env(templates: Path):
 
 
 def render_report(run_dir: Path, out_dir: Path | None = None, *, data: RunData | None = None,
-                  analysis: dict | None = None, figures: dict[str, bytes] | None = None,
+                  analysis: Analysis | dict | None = None, figures: dict[str, bytes] | None = None,
                   templates_dir: Path | None = None, figures_rel: str = "../figures",
                   profile: Any = ...) -> list[Path]:
     """Write report.md and a self-contained report.html to out_dir (default run_dir/report); return them.

@@ -2,7 +2,9 @@
 concurrency (with intervals), and the collapsing of rows nobody can read (kernel-geometry groups with no declared
 meaning).
 
-Pure functions of analysis.json's dict (and of the profile rows); every string is formatted here.
+Pure functions of the typed analysis (evidence.analysis.model; analysis.json's dict is read into it) and of the
+profile rows; every string is formatted here. `comparison_line` formats a comparison as a dict: it also takes
+compare's rows and older analyses' shapes.
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ from typing import Any
 
 from evidence.analysis.caveats import pair_about
 from evidence.analysis.latency import absent_short, shown_keys
-from evidence.analysis.model import Analysis
+from evidence.analysis.model import Analysis, ArmVerdict, CaveatKind, as_analysis
 from evidence.analysis.numbers import label
 from evidence.metrics import METRICS
 from evidence.report.format import num, pct, table
@@ -84,49 +86,47 @@ def comparison_line(c: dict, *, named: bool = True, scoped: bool = True) -> str:
             + (f"; run-to-run spread {pct(spread, d=1)}" if isinstance(spread, (int, float)) else "") + ".")
 
 
-def verdict_lines(res: dict, limit: int = HEADLINE_LINES) -> list[str]:
+def verdict_lines(res: Analysis | dict, limit: int = HEADLINE_LINES) -> list[str]:
     """The headline: throughput per point, each declared comparison, the ordering, dominance (about `limit` lines)."""
-    return _verdicts(res, limit)[0]
+    return _verdicts(as_analysis(res), limit)[0]
 
 
-def _verdicts(res: dict, limit: int) -> tuple[list[str], set[tuple[str, str | None]]]:
+def _verdicts(a: Analysis, limit: int) -> tuple[list[str], set[tuple[str | None, str | None]]]:
     """The verdict lines and the (kind, about) of every caveat they restate (analysis caveat_kinds)."""
     out = []
-    covered: set[tuple[str, str | None]] = set()
-    c = res["completeness"]
-    if c.get("run_status") != "complete" or c.get("missing") or c.get("with_failures"):
-        out.append(f"Run {c.get('run_status') or 'status unknown'}: {c['trials_present']} of {c['trials_planned']} "
-                   "planned trials recorded" + (f", failed requests in {', '.join(c['with_failures'])}"
-                                                if c.get("with_failures") else "") + ".")
-    pts = "; ".join(f"{p['label']} {num(p['output_throughput']['mean'], 0)} (CV {pct(p['output_throughput']['cv'], d=1)}, "
-                    f"n={p['repeats_measured']})" for p in res["points"])
-    sc = res.get("scope")
-    scoped = not (isinstance(sc, dict) and sc.get("scope"))
+    covered: set[tuple[str | None, str | None]] = set()
+    c = a.completeness
+    if c.run_status != "complete" or c.missing or c.with_failures:
+        out.append(f"Run {c.run_status or 'status unknown'}: {c.trials_present} of {c.trials_planned} "
+                   "planned trials recorded" + (f", failed requests in {', '.join(c.with_failures)}"
+                                                if c.with_failures else "") + ".")
+    pts = "; ".join(f"{p.label} {num(p.output_throughput.mean, 0)} (CV {pct(p.output_throughput.cv, d=1)}, "
+                    f"n={p.repeats_measured})" for p in a.points)
+    scoped = not a.scope.scope
     out.append(f"Mean output throughput, tok/s: {pts}.")
-    ar = res.get("arms") or {}
-    if ar.get("within"):
+    if a.arms is not None and a.arms.within:
         # spec.arms: the declared comparisons inside each arm and the interaction are the answer; the pooled
         # comparison, ordering and dominance mix the arms, so their caveats stay out of the headline (never hidden:
         # every caveat is in the All caveats section)
-        covered |= {("comparison_verdict", x.get("name")) for x in res["comparisons"]} | {("ordering_repeats", None)}
-        covered |= {(k, pair_about(d)) for d in res["dominance"]["pairs"] if "dominant" in d
+        covered |= {("comparison_verdict", x.name or None) for x in a.comparisons} | {("ordering_repeats", None)}
+        covered |= {(k, pair_about(d)) for d in a.dominance.pairs if "dominant" not in d.unset
                     for k in ("dominance_verdict", "dominance_repeats")}
-        lines = [x["statement"][:1].upper() + x["statement"][1:] + "." for x in ar["within"] + ar.get("interaction", [])]
+        lines = [x.statement[:1].upper() + x.statement[1:] + "." for x in a.arms.within + a.arms.interaction]
         return out + lines, covered
-    comps = [(x.get("name"), comparison_line(x, scoped=scoped)) for x in res["comparisons"]]
-    o = res["ordering"]
+    comps = [(x.name or None, comparison_line(x.to_dict(), scoped=scoped)) for x in a.comparisons]
+    o = a.ordering
     tail = []
-    if o.get("statement"):
-        tail.append(f"Ordering of means {o['statement']} (held in {o['held_in_repeats']} of {o['repeats_planned']} "
-                    f"repeats); where the paired verdict is not a finding it reads {o['supported_statement']}.")
+    if o.statement:
+        tail.append(f"Ordering of means {o.statement} (held in {o.held_in_repeats} of {o.repeats_planned} "
+                    f"repeats); where the paired verdict is not a finding it reads {o.supported_statement}.")
         covered.add(("ordering_repeats", None))
-    dom = res["dominance"]["pairs"]
+    dom = a.dominance.pairs
     if dom:
         # the paired verdict leads, so a dominance on the means is never read as more than its intervals allow
-        dline = ("; ".join((d["verdict_statement"] if "verdict_statement" in d else d["statement"])
-                              + f" ({d['held_in_repeats']} of {d['repeats_planned']} repeats)" for d in dom) + ".")
+        dline = ("; ".join((d.statement if "verdict_statement" in d.unset else d.verdict_statement)
+                              + f" ({d.held_in_repeats} of {d.repeats_planned} repeats)" for d in dom) + ".")
         tail.append(dline[:1].upper() + dline[1:])
-        covered |= {(k, pair_about(d)) for d in dom if "dominant" in d
+        covered |= {(k, pair_about(d)) for d in dom if "dominant" not in d.unset
                     for k in ("dominance_verdict", "dominance_repeats")}
     room = max(3, limit - len(out) - len(tail))  # the comparisons are the answer: never fewer than 3 lines of them
     if len(comps) > room:
@@ -137,46 +137,47 @@ def _verdicts(res: dict, limit: int) -> tuple[list[str], set[tuple[str, str | No
     return out + lines + tail, covered
 
 
-def headline(res: dict, limit: int = HEADLINE_CAVEATS) -> dict:
+def headline(res: Analysis | dict, limit: int = HEADLINE_CAVEATS) -> dict:
     """The headline's verdict lines and its few caveats: those that restate no verdict line, by CAVEAT_PRIORITY (then
     in analysis order), at most `limit`, each in its one-line form where it has one; every caveat stays, verbatim, in
     the All caveats section. Selection is by analysis.json's caveat_kinds, never by the sentences' wording."""
-    verdicts, covered = _verdicts(res, HEADLINE_LINES)
-    texts = list(res.get("caveats") or [])
-    kinds = res.get("caveat_kinds") or []
+    a = as_analysis(res)
+    verdicts, covered = _verdicts(a, HEADLINE_LINES)
+    texts = list(a.caveats)
+    kinds = a.caveat_kinds
     if len(kinds) != len(texts):  # an analysis.json from before caveat_kinds: in its order, none taken as restated
-        kinds = [{"kind": None, "about": None, "short": None}] * len(texts)
-    restated = {i for i, k in enumerate(kinds) if (k["kind"], k["about"]) in covered}
+        kinds = [CaveatKind()] * len(texts)
+    restated = {i for i, k in enumerate(kinds) if (k.kind, k.about) in covered}
     rank = {k: i for i, k in enumerate(CAVEAT_PRIORITY)}
     top = sorted((i for i in range(len(texts)) if i not in restated),
-                 key=lambda i: (rank.get(kinds[i]["kind"], len(rank)), i))[:limit]
+                 key=lambda i: (rank.get(kinds[i].kind or "", len(rank)), i))[:limit]
     more = len(texts) - len(top)
     link = "" if not texts else f"{more} more caveat{'s' if more != 1 else ''}" if more else \
         f"All {len(texts)} caveats in full"
     note = ((f" ({len(restated)} restate{'s' if len(restated) == 1 else ''} a verdict line above)" if restated else "")
             + f"; all {len(texts)} in full below." if more else " below.")
-    return {"verdicts": verdicts, "caveats": [kinds[i]["short"] or texts[i] for i in top] or ["None found in the data."],
+    return {"verdicts": verdicts, "caveats": [kinds[i].short or texts[i] for i in top] or ["None found in the data."],
             "caveats_more": {"link": link, "note": note}, "caveats_all": texts,
             "restated": [texts[i] for i in sorted(restated)],
             # the same caveats as short items, each with its full text behind a toggle (the HTML's <details>)
-            "caveat_items": caveat_items(res, top), "caveat_items_all": caveat_items(res)}
+            "caveat_items": caveat_items(a, top), "caveat_items_all": caveat_items(a)}
 
 
-def bottom_line(res: dict) -> str:
+def bottom_line(res: Analysis | dict) -> str:
     """The result in one short line for the page's title: the first declared comparison's verdict on output
     throughput with its interval (at its Holm level) and scope, or "Not decided" and why; an incomplete run says so
     first. The verdict lines below give the p, MDE and df; bottom_line_more how many of several were decided."""
-    a = Analysis.from_dict(res)
+    a = as_analysis(res)
     c0 = a.completeness
     lead = "Incomplete run. " if c0.missing or c0.run_status not in ("complete", None) else ""
-    ix = (res.get("arms") or {}).get("interaction")
+    ix = a.arms.interaction if a.arms else []
     if ix:  # spec.arms: the question is whether an arm changes how the points compare (never the arms pooled)
-        c1 = next((x for x in ix if x["verdict"] == "finding"), ix[0])
-        what = f"{label(c1['a'])}/{label(c1['b'])} throughput, arm {c1['arm_a']} against arm {c1['arm_b']}"
+        c1 = next((x for x in ix if x.verdict == "finding"), ix[0])
+        what = f"{label(c1.a)}/{label(c1.b)} throughput, arm {c1.arm_a} against arm {c1.arm_b}"
         iv = _arm_interval(c1)
-        if c1["verdict"] == "finding":
-            return lead + f"The arms change the knee: {what} {pct(c1['effect'], signed=True, d=1)} ({iv})."
-        return lead + f"Not decided: {what} {pct(c1['effect'], signed=True, d=1)} ({iv})."
+        if c1.verdict == "finding":
+            return lead + f"The arms change the knee: {what} {pct(c1.effect, signed=True, d=1)} ({iv})."
+        return lead + f"Not decided: {what} {pct(c1.effect, signed=True, d=1)} ({iv})."
     if not a.comparisons:
         best = max((p for p in a.points if p.output_throughput.mean is not None),
                    key=lambda p: p.output_throughput.mean or 0.0, default=None)
@@ -202,30 +203,31 @@ def bottom_line(res: dict) -> str:
     return lead + line + "."
 
 
-def _arm_interval(c: dict) -> str:
-    ci, lvl = c.get("ci"), c.get("ci_level") or 0.95
+def _arm_interval(c: ArmVerdict) -> str:
+    ci, lvl = c.ci, c.ci_level or 0.95
     iv = (f"{100 * lvl:.4g}% CI {pct(ci[0], signed=True, d=1)} to {pct(ci[1], signed=True, d=1)}"
           if ci and None not in ci else "no interval")
-    return iv + (f"; {c['scope']}" if c.get("scope") else "")
+    return iv + (f"; {c.scope}" if c.scope else "")
 
 
-def _within_arm_line(w: dict) -> str:
-    A, B = label(w["a"]), label(w["b"])
-    if w["verdict"] == "finding":
-        return (f"arm {w['arm']}: {A} {'beats' if w['effect'] > 0 else 'trails'} {B} by "
-                f"{pct(abs(w['effect']), d=1)} ({_arm_interval(w)})")
-    if w["verdict"] == "equivalent":
-        return f"arm {w['arm']}: {A} and {B} equivalent within ±{pct(w['margin'], d=1)} ({_arm_interval(w)})"
-    return f"arm {w['arm']}: not decided, {A} vs {B} {pct(w['effect'], signed=True, d=1)} ({_arm_interval(w)})"
+def _within_arm_line(w: ArmVerdict) -> str:
+    A, B = label(w.a), label(w.b)
+    if w.verdict == "finding":
+        return (f"arm {w.arm}: {A} {'beats' if (w.effect or 0.0) > 0 else 'trails'} {B} by "
+                f"{pct(abs(w.effect or 0.0), d=1)} ({_arm_interval(w)})")
+    if w.verdict == "equivalent":
+        return f"arm {w.arm}: {A} and {B} equivalent within ±{pct(w.margin, d=1)} ({_arm_interval(w)})"
+    return f"arm {w.arm}: not decided, {A} vs {B} {pct(w.effect, signed=True, d=1)} ({_arm_interval(w)})"
 
 
-def bottom_line_more(res: dict) -> str:
+def bottom_line_more(res: Analysis | dict) -> str:
     """What the title's line leaves out: how many of several declared comparisons were decided ("" for one); with
     arms, the declared comparison inside each arm."""
-    within = (res.get("arms") or {}).get("within")
+    a = as_analysis(res)
+    within = a.arms.within if a.arms else []
     if within:
         return "Inside each arm: " + "; ".join(_within_arm_line(w) for w in within) + "."
-    comps = Analysis.from_dict(res).comparisons
+    comps = a.comparisons
     if len(comps) < 2:
         return ""
     done = sum(1 for x in comps if x.verdict in ("finding", "equivalent"))
@@ -241,22 +243,22 @@ def _first_sentence(text: str, limit: int = 110) -> str:
     return first[:limit].rsplit(" ", 1)[0].rstrip(",;:") + " ..."
 
 
-def caveat_items(res: dict, which: list[int] | None = None) -> list[dict]:
+def caveat_items(res: Analysis | dict, which: list[int] | None = None) -> list[dict]:
     """Caveats as short items with their full text behind a toggle: {'short', 'full'} ('full' is None where the short
     form is the whole caveat). `which`: indices into analysis caveats (default all, in analysis order)."""
-    texts = list(res.get("caveats") or [])
-    kinds = res.get("caveat_kinds") or []
+    a = as_analysis(res)
+    texts, kinds = list(a.caveats), a.caveat_kinds
     out = []
     for i in range(len(texts)) if which is None else which:
-        short = (kinds[i].get("short") if len(kinds) == len(texts) else None) or _first_sentence(texts[i])
+        short = (kinds[i].short if len(kinds) == len(texts) else None) or _first_sentence(texts[i])
         out.append({"short": short, "full": None if short.strip() == texts[i].strip() else texts[i]})
     return out
 
 
-def comparison_summary_table(res: dict) -> dict | None:
+def comparison_summary_table(res: Analysis | dict) -> dict | None:
     """One row per declared comparison: verdict, effect, interval, p, MDE, and what it is about (unit, n, df,
     scope); the per-repeat tables and the full procedure are in an appendix."""
-    a = Analysis.from_dict(res)
+    a = as_analysis(res)
     if not a.comparisons:
         return None
     rows = []
@@ -274,28 +276,29 @@ def comparison_summary_table(res: dict) -> dict | None:
                  "procedure are in the appendix 'Paired comparisons in full'.")
 
 
-def latency_concurrency_table(res: dict) -> dict:
+def latency_concurrency_table(res: Analysis | dict) -> dict:
     """p50 and p99 (or the spec's lowest and highest percentile) of each latency metric per point, each with its
     95% interval across repeats (analysis points[].latency[m].intervals, evidence.analysis.latency)."""
-    keys = shown_keys(res["spec"]["percentiles"])
-    metrics = list(res["spec"]["latency_metrics"])
+    a = as_analysis(res)
+    keys = shown_keys(a.spec.percentiles)
+    metrics = list(a.spec.latency_metrics)
     rows, units = [], set()
-    for p in res["points"]:
-        row = [p["label"], num(p["repeats_measured"]), ""]
+    for p in a.points:
+        row = [p.label, num(p.repeats_measured), ""]
         over = set()
         for m in metrics:
-            ivs = (p["latency"].get(m) or {}).get("intervals") or {}
+            pl = p.latency.get(m)
+            ivs = (pl.intervals if pl else None) or {}
             for k in keys:
                 iv = ivs.get(k)
-                if not iv or (iv.get("value") is None and not iv.get("n")):  # nothing measured: no reason to give
+                if not iv or (iv.value is None and not iv.n):  # nothing measured: no reason to give
                     row.append("n/a")
                     continue
-                units.add(iv["unit"])
-                over.add(f"{iv['n']} {'engine session' if iv['unit'] == 'session' else 'repeat'}"
-                         + ("s" if iv["n"] != 1 else ""))
-                ci = (f" ({num(iv['ci_low'], 1)} to {num(iv['ci_high'], 1)})" if iv.get("ci_low") is not None
+                units.add(iv.unit)
+                over.add(f"{iv.n} {'engine session' if iv.unit == 'session' else 'repeat'}" + ("s" if iv.n != 1 else ""))
+                ci = (f" ({num(iv.ci_low, 1)} to {num(iv.ci_high, 1)})" if iv.ci_low is not None
                       else f" (no interval: {absent_short(iv)})")  # the reason, not only n: a 0 has no log
-                row.append((num(iv["value"], 1) if iv.get("value") is not None else "n/a") + ci)
+                row.append((num(iv.value, 1) if iv.value is not None else "n/a") + ci)
         row[2] = ", ".join(sorted(over)) or "n/a"  # the interval's n: what its t has n - 1 df over
         rows.append(row)
     headers = ["point", "repeats", "interval over"] + [f"{m.upper()} {k} ({METRICS[m].unit if m in METRICS else 'ms'})"

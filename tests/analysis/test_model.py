@@ -19,7 +19,18 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from evidence.analysis.analyze import build_analysis, compute_analysis, write_analysis
 from evidence.analysis.dataframes import csv_tables
 from evidence.analysis.load import load_run
-from evidence.analysis.model import Analysis, Interval, PairedRepeat, SessionSpread, Steady, Throughput, as_analysis
+from evidence.analysis.model import (
+    Analysis,
+    CaveatKind,
+    GoodputPoint,
+    Interval,
+    PairedRepeat,
+    Pin,
+    SessionSpread,
+    Steady,
+    Throughput,
+    as_analysis,
+)
 from evidence.canon import dumps
 from rundir_fixtures import build_run, demo_spec  # noqa: E402
 
@@ -67,6 +78,10 @@ def test_nested_sections_are_typed(tmp_path: Path) -> None:
     assert all(isinstance(w.steady, Steady) for w in a.within.trials if w.status == "present")
     assert a.completeness.missing == ["r2-c16"] and a.caution
     assert a.goodput.absent is None and a.goodput.trials
+    assert a.goodput.points and all(isinstance(g, GoodputPoint) for g in a.goodput.points)
+    assert len(a.caveat_kinds) == len(a.caveats) and all(isinstance(k, CaveatKind) for k in a.caveat_kinds)
+    assert [w.trials for w in a.within.points] == [6, 6, 5]  # r2-c16 is missing
+    assert a.setup.pins and all(isinstance(p, Pin) and p.ok for p in a.setup.pins)  # the fixture's pins hold
     assert a.arms is None and a.sequential is None and a.bottleneck is None
     assert "arms" not in a.to_dict() and "sequential" not in a.to_dict() and "bottleneck" not in a.to_dict()
 
@@ -82,10 +97,17 @@ def test_an_older_analysis_reads_with_defaults_and_writes_back_as_it_was(tmp_pat
     for p in old["points"]:
         for lat in p["latency"].values():
             lat.pop("intervals", None)
+    for w in old["within"]["points"]:
+        w.pop("trials")
+    for w in old["within"]["trials"]:
+        if w.get("steady"):
+            w["steady"].pop("detectable_drift", None)
     a = Analysis.from_dict(old)
     assert a.variance_components is None and a.files == [] and a.scope.scope == ""
     assert a.comparisons[0].halfwidth is None and a.comparisons[0].scope == ""
     assert all(lat.intervals is None for p in a.points for lat in p.latency.values())
+    assert a.caveat_kinds == [] and all(w.trials == 0 for w in a.within.points)
+    assert all(w.steady.detectable_drift is None for w in a.within.trials if w.steady)
     assert a.to_dict() == old  # no key it did not have
     assert as_analysis(old).to_dict() == old and as_analysis(a) is a
 

@@ -44,3 +44,30 @@ def test_no_kernels_makes_kernel_analyses_absent_and_steps_still_run(tmp_path):
     kernel_keys = [a.key for a in ANALYSES if "kernels" in a.needs]
     assert kernel_keys and all(out[k]["absent"].startswith("no GPU kernels") for k in kernel_keys)
     assert out["steps"]["steps"] == 3
+
+
+def test_the_text_is_each_analysis_s_renderer_in_registry_order(trace, monkeypatch):
+    import io
+
+    from rich.console import Console
+
+    from evidence.cli import trace as cli_trace
+    from evidence.traces.analyses.text import Line, Rows
+
+    out = analyze_trace(trace, n_layers=36)
+    assert all(a.render is not None for a in ANALYSES)
+    blocks = {a.key: a.render(out) for a in ANALYSES if a.render}
+    assert all(isinstance(b, (Line, Rows)) for bs in blocks.values() for b in bs)
+
+    def text(r):
+        buf = io.StringIO()
+        cli_trace.render(r, Console(file=buf, width=200, highlight=False))
+        return buf.getvalue()
+
+    heads = ["Kernel-active", "Kernel families", "Launch geometry", "Forwards", "Sustained regime", "Engine steps"]
+    shown = text(out)
+    assert [shown.index(h) for h in heads] == sorted(shown.index(h) for h in heads)
+    # the CLI prints what the registry carries: an analysis added with a renderer shows, in its place
+    probe = TraceAnalysis("probe", (), lambda ctx: None, "test", lambda r: [Line("PROBE LINE", markup=False)])
+    monkeypatch.setattr(cli_trace, "ANALYSES", ANALYSES + (probe,))
+    assert text(out).endswith("PROBE LINE\n") and not shown.endswith("PROBE LINE\n")

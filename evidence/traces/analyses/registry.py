@@ -4,7 +4,9 @@ Each analysis declares what it needs ("kernels": a non-empty kernel table;
 "layers": a layer count; "steps": engine-step annotations) and returns its
 report, or `Absent(reason)` when it cannot say anything. A need the trace or the
 options do not meet makes the analysis absent with the need's reason, without
-running it. The registry's order is the order of the keys in the output.
+running it. The registry's order is the order of the keys in the output, and of the
+text `evidence trace` prints: each analysis carries its renderer (evidence.traces.analyses.text), lines and
+tables of text from its part of the JSON-ready result.
 """
 
 from __future__ import annotations
@@ -19,6 +21,8 @@ from evidence.traces.analyses.families import DEFAULT_RULES, FamilyRule, classif
 from evidence.traces.analyses.forwards import reconstruct_forwards, sustained_regime
 from evidence.traces.analyses.geometry import geometry_split
 from evidence.traces.analyses.steps import step_analysis
+from evidence.traces.analyses import text
+from evidence.traces.analyses.text import Block
 from evidence.traces.analyses.window import Window, kernel_active, resolve_window, select_kernels
 from evidence.traces.model import KernelTable, Trace, place_kernels_in_steps
 
@@ -83,6 +87,8 @@ class TraceAnalysis:
     needs: tuple[str, ...]
     run: Callable[[Context], Any]
     doc: str
+    # its text, from analyze_trace's whole result (an analysis may print beside another's, as geometry the paths)
+    render: Callable[[dict[str, Any]], list[Block]] | None = None
 
 
 def _no_kernels(ctx: Context) -> str:
@@ -162,18 +168,22 @@ def _steps(ctx: Context) -> Any:
 
 
 ANALYSES: tuple[TraceAnalysis, ...] = (
-    TraceAnalysis("window", ("kernels",), lambda ctx: ctx.window, "the window every analysis below is clipped to"),
+    TraceAnalysis("window", ("kernels",), lambda ctx: ctx.window, "the window every analysis below is clipped to",
+                  text.window_text),
     TraceAnalysis("kernel_active", ("kernels",),
                   lambda ctx: kernel_active(ctx.kernels, ctx.window, device=ctx.device, pid=ctx.pid),
-                  "union of kernel intervals over the window"),
+                  "union of kernel intervals over the window", text.kernel_active_text),
     TraceAnalysis("families", ("kernels",),
                   lambda ctx: families(ctx.kernels, ctx.rules, ctx.window, output_tokens=ctx.output_tokens,
                                        device=ctx.device, pid=ctx.pid),
-                  "kernel time per family (ordered regex rules)"),
-    TraceAnalysis("geometry", ("kernels",), _geometry, "launch grids of attention and declared-geometry rules"),
-    TraceAnalysis("forwards", ("kernels", "layers"), _forwards, "model forwards from per-layer attention launches"),
-    TraceAnalysis("sustained", ("kernels", "layers"), _sustained, "plateau of forward population and duration"),
-    TraceAnalysis("steps", ("steps",), _steps, "vLLM engine steps and the kernels under each"),
+                  "kernel time per family (ordered regex rules)", text.families_text),
+    TraceAnalysis("geometry", ("kernels",), _geometry, "launch grids of attention and declared-geometry rules",
+                  text.geometry_text),
+    TraceAnalysis("forwards", ("kernels", "layers"), _forwards, "model forwards from per-layer attention launches",
+                  text.forwards_text),
+    TraceAnalysis("sustained", ("kernels", "layers"), _sustained, "plateau of forward population and duration",
+                  text.sustained_text),
+    TraceAnalysis("steps", ("steps",), _steps, "vLLM engine steps and the kernels under each", text.steps_text),
 )
 
 

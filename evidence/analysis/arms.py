@@ -70,20 +70,18 @@ def arm_comparisons(data: RunData, rows: dict[str, dict]) -> dict[str, Any] | No
                     va.append(math.exp(sum(la) / len(la)))
                     vb.append(math.exp(sum(lb) / len(lb)))
                     used.append(blk + 1)
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore", RuntimeWarning)
-                tests.append(
-                    paired(
-                        va,
-                        vb,
-                        a=a,
-                        b=b,
-                        metric=f"output_throughput at {label(P)}",
-                        alpha=ALPHA,
-                        unit="block",
-                        margin=margin,
-                    )
+            tests.append(
+                _paired(
+                    va,
+                    vb,
+                    a=a,
+                    b=b,
+                    metric=f"output_throughput at {label(P)}",
+                    alpha=ALPHA,
+                    unit="block",
+                    margin=margin,
                 )
+            )
             per_point.append((P, used, va, vb))
         adjusted = holm(tests)
         for (P, used, va, vb), r in zip(per_point, adjusted):
@@ -112,6 +110,14 @@ def arm_comparisons(data: RunData, rows: dict[str, dict]) -> dict[str, Any] | No
                 "number of blocks, a number the looks' stopping rule chose without them"
             )
     return res
+
+
+def _paired(*args: Any, **kw: Any) -> Any:
+    """stats.paired without numpy's RuntimeWarnings: a family with a single unit has no spread, and the result says
+    so itself ("no claim")."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        return paired(*args, **kw)
 
 
 def _result(r) -> dict[str, Any]:
@@ -158,20 +164,18 @@ def _within(logs: dict, names: list[str], m: int, pairs: list) -> list[dict[str,
                     va.append(xa)
                     vb.append(xb)
                     starts.append(blk * m + names.index(arm) + 1)  # a label per start (the block and the arm)
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore", RuntimeWarning)
-                tests.append(
-                    paired(
-                        va,
-                        vb,
-                        a=a,
-                        b=b,
-                        metric=f"output_throughput in arm {arm}",
-                        alpha=ALPHA,
-                        sessions=starts,
-                        margin=margin,
-                    )
+            tests.append(
+                _paired(
+                    va,
+                    vb,
+                    a=a,
+                    b=b,
+                    metric=f"output_throughput in arm {arm}",
+                    alpha=ALPHA,
+                    sessions=starts,
+                    margin=margin,
                 )
+            )
             meta.append((a, b, va, vb))
         for (a, b, va, vb), r in zip(meta, holm(tests)):
             out.append(
@@ -202,9 +206,7 @@ def _interaction(logs: dict, names: list[str], blocks: list[int], pairs: list) -
                     rx.append(v[0] / v[1])  # type: ignore[operator]
                     ry.append(v[2] / v[3])  # type: ignore[operator]
                     used.append(blk + 1)
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore", RuntimeWarning)
-                tests.append(paired(rx, ry, a=x, b=y, metric=f"T_{a}/T_{b}", alpha=ALPHA, unit="block"))
+            tests.append(_paired(rx, ry, a=x, b=y, metric=f"T_{a}/T_{b}", alpha=ALPHA, unit="block"))
             meta.append((x, y, a, b, used, rx, ry))
     out = []
     for (x, y, a, b, used, rx, ry), r in zip(meta, holm(tests)):

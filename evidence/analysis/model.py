@@ -355,6 +355,9 @@ class ArmComparison(Record):
     verdict: str = ""
     effect: float | None = None
     ci: list[float] | None = None
+    ci_level: float | None = None
+    margin: float | None = None
+    scope: str | None = None
     n_units: int = 0
     df: int | None = None
     statement: str = ""

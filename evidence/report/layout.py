@@ -13,7 +13,7 @@ from typing import Any
 
 from evidence.analysis.caveats import pair_about
 from evidence.analysis.latency import absent_short, shown_keys
-from evidence.analysis.model import Analysis, ArmVerdict, CaveatKind, as_analysis
+from evidence.analysis.model import Analysis, ArmComparison, ArmVerdict, CaveatKind, as_analysis
 from evidence.analysis.numbers import label
 from evidence.metrics import METRICS
 from evidence.report.format import num, pct, table
@@ -172,7 +172,17 @@ def bottom_line(res: Analysis | dict) -> str:
     lead = "Incomplete run. " if c0.missing or c0.run_status not in ("complete", None) else ""
     ix = a.arms.interaction if a.arms else []
     if ix:  # spec.arms: the question is whether an arm changes how the points compare (never the arms pooled)
-        c1 = next((x for x in ix if x.verdict == "finding"), ix[0])
+        c1 = next((x for x in ix if x.verdict == "finding"), None)
+        pair = next((x for x in a.arms.comparisons if x.verdict in ("finding", "equivalent")), None) if a.arms else None
+        if c1 is None and pair is not None:  # no interaction, but the arms themselves differ (or are equivalent)
+            iv = _arm_interval(pair)
+            if pair.verdict == "equivalent":
+                return lead + (f"Arms {pair.a} and {pair.b} equivalent at {label(pair.point)} within "
+                               f"±{pct(pair.margin, d=1)} ({iv}).")
+            fast, slow = (pair.a, pair.b) if (pair.effect or 0.0) > 0 else (pair.b, pair.a)
+            return lead + (f"Arm {fast} beats arm {slow} at {label(pair.point)} by {pct(abs(pair.effect or 0.0), d=1)}"
+                           f" in throughput ({iv}).")
+        c1 = c1 or ix[0]
         what = f"{label(c1.a)}/{label(c1.b)} throughput, arm {c1.arm_a} against arm {c1.arm_b}"
         iv = _arm_interval(c1)
         if c1.verdict == "finding":
@@ -203,7 +213,7 @@ def bottom_line(res: Analysis | dict) -> str:
     return lead + line + "."
 
 
-def _arm_interval(c: ArmVerdict) -> str:
+def _arm_interval(c: ArmVerdict | ArmComparison) -> str:
     ci, lvl = c.ci, c.ci_level or 0.95
     iv = (f"{100 * lvl:.4g}% CI {pct(ci[0], signed=True, d=1)} to {pct(ci[1], signed=True, d=1)}"
           if ci and None not in ci else "no interval")

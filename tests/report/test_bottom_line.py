@@ -131,3 +131,29 @@ def test_with_arms_the_headline_reads_inside_each_arm_and_leaves_the_pooled_verd
     ]
     assert [c["short"] for c in h["caveat_items"]] == ["Dummy weights."]  # the pooled verdict: in All caveats only
     assert h["caveats_all"] == res["caveats"]
+
+
+def test_with_arms_and_no_interaction_the_line_is_a_decided_pair_of_arms() -> None:
+    res = _res("not significant")
+    res["arms"] = {
+        "interaction": [
+            _arm_test("not significant", -0.002, [-0.009, 0.004], arm_a="fast", arm_b="slow", scope="these 3 blocks")
+        ],
+        "comparisons": [
+            {"a": "fast", "b": "slow", "point": 1, "verdict": "not significant", "effect": 0.01, "ci": [-0.1, 0.1]},
+            {
+                "a": "fast",
+                "b": "slow",
+                "point": 4,
+                "verdict": "finding",
+                "effect": -0.25,
+                "ci": [-0.3, -0.2],
+                "ci_level": 0.975,
+                "scope": "these 3 blocks of server starts",
+            },
+        ],
+    }
+    assert bottom_line(res) == (
+        "Arm slow beats arm fast at C4 by 25.0% in throughput (97.5% CI -30.0% to -20.0%; these 3 blocks of server "
+        "starts)."
+    )

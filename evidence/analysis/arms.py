@@ -63,13 +63,7 @@ def arm_comparisons(data: RunData, rows: dict[str, dict]) -> dict[str, Any] | No
     for a, b in combinations(names, 2):
         tests, per_point = [], []
         for P in spec.sweep.points:
-            va, vb, used = [], [], []
-            for blk in blocks:
-                la, lb = logs.get((P, blk, a)), logs.get((P, blk, b))
-                if la and lb:
-                    va.append(math.exp(sum(la) / len(la)))
-                    vb.append(math.exp(sum(lb) / len(lb)))
-                    used.append(blk + 1)
+            va, vb, used = _block_pairs(logs, blocks, (P, a), (P, b))
             tests.append(
                 _paired(
                     va,
@@ -90,7 +84,7 @@ def arm_comparisons(data: RunData, rows: dict[str, dict]) -> dict[str, Any] | No
                     "a": a,
                     "b": b,
                     "point": P,
-                    "blocks": used,
+                    "blocks": [blk + 1 for blk in used],
                     "a_values": va,
                     "b_values": vb,
                     **_result(r),
@@ -100,7 +94,7 @@ def arm_comparisons(data: RunData, rows: dict[str, dict]) -> dict[str, Any] | No
     res = {"arms": names, "blocks": len(blocks), "margin": margin, "method": METHOD, "comparisons": out}
     pairs = [(c.a, c.b, c.margin) for c in spec.analysis.comparisons]
     if pairs:
-        res["within"] = _within(logs, names, m, pairs)
+        res["within"] = _within(logs, names, blocks, m, pairs)
         res["interaction"] = _interaction(logs, names, blocks, pairs)
         res["within_method"], res["interaction_method"] = WITHIN_METHOD, INTERACTION_METHOD
         if data.looks:  # the loop's looks decided the pairs of arms only: say what these fixed-sample tests are
@@ -149,21 +143,29 @@ def _start_mean(logs: dict, point: int, block: int, arm: str) -> float | None:
     return math.exp(sum(v) / len(v)) if v else None
 
 
-def _within(logs: dict, names: list[str], m: int, pairs: list) -> list[dict[str, Any]]:
+def _block_pairs(
+    logs: dict, blocks: list[int], cell_a: tuple[int, str], cell_b: tuple[int, str]
+) -> tuple[list[float], list[float], list[int]]:
+    """Per block where both cells (point, arm) were measured: each cell's start mean, and the blocks used."""
+    va, vb, used = [], [], []
+    for blk in blocks:
+        xa, xb = _start_mean(logs, cell_a[0], blk, cell_a[1]), _start_mean(logs, cell_b[0], blk, cell_b[1])
+        if xa is not None and xb is not None:
+            va.append(xa)
+            vb.append(xb)
+            used.append(blk)
+    return va, vb, used
+
+
+def _within(logs: dict, names: list[str], blocks: list[int], m: int, pairs: list) -> list[dict[str, Any]]:
     """The declared comparisons of points inside each arm: the arm's own server starts are the unit (a start is
     valued by the geometric mean of its repeats at each point), Holm over the declared comparisons of the arm."""
     out = []
-    blocks = sorted({b for _, b, _ in logs})
     for arm in names:
         tests, meta = [], []
         for a, b, margin in pairs:
-            va, vb, starts = [], [], []
-            for blk in blocks:
-                xa, xb = _start_mean(logs, a, blk, arm), _start_mean(logs, b, blk, arm)
-                if xa is not None and xb is not None:
-                    va.append(xa)
-                    vb.append(xb)
-                    starts.append(blk * m + names.index(arm) + 1)  # a label per start (the block and the arm)
+            va, vb, used = _block_pairs(logs, blocks, (a, arm), (b, arm))
+            starts = [blk * m + names.index(arm) + 1 for blk in used]  # a label per start (the block and the arm)
             tests.append(
                 _paired(
                     va,

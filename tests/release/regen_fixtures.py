@@ -41,8 +41,9 @@ def init_repo(repo: Path) -> None:
         git(repo, "config", k, v)
 
 
-def freeze_in_new_repo(repo: Path, tag: str, sde: int) -> Path:
-    """A repository holding one fixture run (ignored) frozen in this process as releases/<tag>, tag made."""
+def freeze_in_new_repo(repo: Path, tag: str, sde: int, *, compress_raw: bool = False) -> Path:
+    """A repository holding one fixture run (ignored) frozen in this process as releases/<tag>, tag made
+    (compress_raw: the raw records stored gzipped, as `evidence freeze` does by default)."""
     from evidence.release import freeze
 
     init_repo(repo)
@@ -53,7 +54,7 @@ def freeze_in_new_repo(repo: Path, tag: str, sde: int) -> Path:
     old = os.environ.get("SOURCE_DATE_EPOCH")
     os.environ["SOURCE_DATE_EPOCH"] = str(sde)
     try:
-        freeze.freeze(tag, [run], repo)
+        freeze.freeze(tag, [run], repo, compress_raw=compress_raw)
     finally:
         if old is None:
             os.environ.pop("SOURCE_DATE_EPOCH")

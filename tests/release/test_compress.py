@@ -7,36 +7,19 @@ from __future__ import annotations
 import gzip
 import hashlib
 import json
-import os
 from pathlib import Path
 
 import pytest
 
-from evidence.release import freeze, verify
+from evidence.release import verify
 from evidence.release.compress import NAMES, gzip_bytes
-from regen_fixtures import git, init_repo
-from rundir_fixtures import build_run
+from regen_fixtures import RUN_ID, freeze_in_new_repo
 
 SDE = 1780000000
-RUN_ID = "fixture-run"
 
 
 def _freeze(repo: Path, tag: str, compress: bool) -> Path:
-    init_repo(repo)
-    (repo / ".gitignore").write_text("runs/\n")
-    git(repo, "add", ".gitignore")
-    git(repo, "commit", "-q", "-m", "init")
-    run = build_run(repo / "runs", run_id=RUN_ID)
-    old = os.environ.get("SOURCE_DATE_EPOCH")
-    os.environ["SOURCE_DATE_EPOCH"] = str(SDE)
-    try:
-        freeze.freeze(tag, [run], repo, compress_raw=compress)
-    finally:
-        if old is None:
-            os.environ.pop("SOURCE_DATE_EPOCH")
-        else:
-            os.environ["SOURCE_DATE_EPOCH"] = old
-    return repo / "releases" / tag
+    return freeze_in_new_repo(repo, tag, SDE, compress_raw=compress) / "releases" / tag
 
 
 @pytest.fixture(scope="module")

@@ -39,8 +39,8 @@ DEFAULT_REPEAT_FACTOR = {1: 0.99, 2: 1.0, 3: 1.01}
 def demo_spec(**analysis: Any) -> Spec:
     """specs/demo-cpu.yaml, with analysis fields (and a few others) overridden.
 
-    Keys: comparisons=[(a, b)], cv, percentiles, latency_metrics, slos_ms, repeats, points, order,
-    prompts_per_concurrency, name.
+    Keys: comparisons=[(a, b)], cv, percentiles, latency_metrics, slos_ms, repeats, sessions (default 1),
+    points, order, prompts_per_concurrency, name.
     """
     d = json.loads(spec_to_json(load_spec(DEMO_SPEC)))
     # The tests' hand-computed answers assume these sizes; pin them so tuning the shipped
@@ -54,6 +54,9 @@ def demo_spec(**analysis: Any) -> Spec:
             d["analysis"][k] = analysis.pop(k)
     if "repeats" in analysis:
         d["sweep"]["repeats"] = analysis.pop("repeats")
+    # the fixtures' runs are one server start unless a test asks for more (the demo spec itself
+    # takes the default design, one start per repeat)
+    d["sweep"]["sessions"] = analysis.pop("sessions", 1)
     if "points" in analysis:
         d["sweep"]["points"] = analysis.pop("points")
     if "order" in analysis:

@@ -117,11 +117,11 @@ def _provenance_command(app: typer.Typer) -> None:
         """
         from evidence.cli.common import load_spec_or_exit, out
         from evidence.run.provenance.collect import collect_provenance, failed_pins
-        from evidence.spec.model import spec_sha256
+        from evidence.canon import sha256_file
 
         s = load_spec_or_exit(spec, as_json) if spec else None
         prov = collect_provenance(s, repo_root=repo, code_commit=code_commit,
-                                  spec_sha256=spec_sha256(spec) if spec else None)
+                                  spec_sha256=sha256_file(Path(spec)) if spec else None)
         bad = failed_pins(prov["pins"])
         if as_json:
             sys.stdout.write(dumps(prov))

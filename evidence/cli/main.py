@@ -94,6 +94,8 @@ def validate(
         "profile": ({"tool": s.profile.tool, "points": list(s.profile.points)} if s.profile.enabled else None),
         "comparisons": [f"C{c.a} vs C{c.b}" for c in s.analysis.comparisons],
         "design": design_claim(s),  # what its verdicts can claim before it runs: unit, n, df, scope
+        # the repeats and server starts the spec did not give, and the defaults they took
+        "design_defaults": _design_defaults(spec),
     }
     if as_json:
         sys.stdout.write(dumps(summary))
@@ -110,6 +112,11 @@ def validate(
         t.add_row("extra body", json.dumps(s.workload.extra_body, sort_keys=True))
     if s.sweep.sessions > 1:
         t.add_row("sessions", f"{s.sweep.sessions} engine (re)starts, the repeats split between them")
+    filled = _design_defaults(spec)
+    if filled:
+        given = ", ".join(f"sweep.{k} {v}" for k, v in sorted(filled.items()))
+        t.add_row("defaults", f"{given}: not in the spec, so the design that can speak for the configuration "
+                              "(one repeat per server start; an endpoint keeps its one server); write them to change it")
     t.add_row("api key", f"${key_env} " + ("is set (sent as Authorization: Bearer)" if summary["api_key_set"] else "is not set (no key sent)"))
     if s.code.article_commit:
         t.add_row("article commit", f"{s.code.article_commit} (provenance, not a pin)")
@@ -119,6 +126,14 @@ def validate(
         t.add_row("comparisons", ", ".join(summary["comparisons"]))
     t.add_row("can claim", summary["design"]["text"])
     out.print(t)
+
+
+def _design_defaults(path: Path) -> dict[str, int]:
+    """What evidence.spec.design.design_fill filled in for this (already valid) spec file."""
+    from evidence.spec.design import design_fill
+    from evidence.spec.yamlsrc import read_yaml
+
+    return design_fill(read_yaml(path).data)
 
 
 @app.command()

@@ -21,12 +21,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from evidence.canon import dumps, read_json, write_atomic
+from evidence.canon import dumps, read_json, sha256_file, write_atomic
 from evidence.execute.backends import (ExecuteError, Settings, folder_visibility_note, make_executor, run_job,
                                        slurm_state)
 from evidence.rundir import EXECUTION_JSON, RunDir
 from evidence.spec.errors import SpecError
-from evidence.spec.model import load_spec, spec_sha256
+from evidence.spec.model import load_spec
 
 SCHEDULER_ENDED = {"CANCELLED", "TIMEOUT", "PREEMPTED", "NODE_FAIL", "FAILED", "OUT_OF_MEMORY", "BOOT_FAIL",
                    "DEADLINE"}
@@ -65,7 +65,7 @@ def _check_specs(slots: Sequence[Slot]) -> dict[str, str]:
         except SpecError as e:
             raise ExecuteError(f"{s.spec} is not a valid spec; `evidence validate {s.spec}` lists every problem "
                                f"({str(e).splitlines()[0]}).") from None
-        out[s.name] = spec_sha256(s.spec)
+        out[s.name] = sha256_file(Path(s.spec))
     return out
 
 

@@ -23,7 +23,7 @@ from evidence.canon import dumps, read_json, sha256_file, write_atomic, write_js
 from evidence.run import lock as run_lock
 from evidence.run.session import RunError
 from evidence.rundir import RAW_FILES, RUN_JSON, SPEC_YAML, RunDir, is_run_dir
-from evidence.spec.model import Spec, spec_to_json
+from evidence.spec.model import Spec, spec_from_json, spec_to_json
 from evidence.spec.plan import make_plan
 
 CREATING_PREFIX = ".creating-"
@@ -142,6 +142,18 @@ def check_same_plan(rd: RunDir, planned: list[dict]) -> None:
         raise RunError(f"the plan recorded in {rd.plan_json} differs from the plan this spec gives now; refusing to resume.")
 
 
+def recorded_design(rd: RunDir, spec: Spec) -> Spec:
+    """The spec a resumed run goes on with: the resolved spec it recorded when it was created.
+
+    The spec file's bytes are the run's (checked by sha256), so the two can only differ where this
+    tool's defaults changed since (say the design a spec gets when it does not give sweep.sessions):
+    a run keeps the design it started with. One that cannot be read back gives the file's."""
+    try:
+        return spec_from_json(rd.spec_resolved.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return spec
+
+
 def _lock(folder: Path) -> run_lock.RunLock:
     try:
         return run_lock.acquire(folder)
@@ -184,7 +196,7 @@ def prepare_run_dir(spec: Spec, spec_path: Path, runs_dir: Path, *, run_id: str 
                     f"{target} was run from a different spec (sha256 {str(info.get('spec_sha256'))[:12]}..., this one is "
                     f"{spec_sha[:12]}...). A run is never continued with a changed spec: start a new run (another --run-id) "
                     "or restore the original spec.")
-            check_same_plan(rd, plan.as_dict()["trials"])
+            check_same_plan(rd, make_plan(recorded_design(rd, spec)).as_dict()["trials"])
         except BaseException:
             run_lock.release(target)
             raise

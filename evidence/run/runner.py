@@ -21,7 +21,7 @@ from typing import Any
 
 from evidence.canon import read_json
 from evidence.run import lock as run_lock
-from evidence.run.prepare import find_resumable, prepare_run_dir
+from evidence.run.prepare import find_resumable, prepare_run_dir, recorded_design
 from evidence.run.progress import point_rows
 from evidence.run.session import Hooks, RunError, record_provenance, stop_orphaned_engines
 from evidence.run.signals import Interrupts
@@ -119,13 +119,15 @@ def _run_experiment(
     hooks = hooks or {}
     spec_path = Path(spec_path)
     spec = load_spec(spec_path)
-    plan = make_plan(spec)
     say = (console.print if console is not None else (lambda *a, **k: None))
     if until_decided:
         from evidence.run.decide import check_request
 
         check_request(spec, max_repeats)
     rd, resumed = prepare_run_dir(spec, spec_path, Path(runs_dir), run_id=run_id, resume=resume, say=say)
+    if resumed:
+        spec = recorded_design(rd, spec)  # the design it started with, whatever today's defaults
+    plan = make_plan(spec)
     trials = recorded_trials(rd, plan.trials)
     done = set(rd.completed_trials())
     todo = [t for t in trials if t.id not in done]

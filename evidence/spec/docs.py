@@ -86,7 +86,9 @@ FIELD_DOCS: dict[str, tuple[str, str]] = {
     "sweep.points": ("requests in flight", ""),
     "sweep.prompts": ("prompts", "prompts per trial: a table {point: count} or {per_concurrency: n}"),
     "sweep.prompts.per_concurrency": ("prompts", ""),
-    "sweep.repeats": ("", "how many times every point is measured; points x repeats <= 10,000 trials"),
+    "sweep.repeats": ("", "how many times every point is measured, over all server starts; points x repeats <= "
+                          "10,000 trials. Not given: one per server start (3 when sweep.sessions is not given "
+                          "either)"),
     "sweep.order": ("", "trial order per repeat: balanced (cyclic Latin square), fixed (ascending), shuffled (seeded)"),
     "sweep.order_seed": ("", "seed of the 'shuffled' order"),
     "sweep.warmup": ("", "requests sent before measuring, not recorded as trials"),
@@ -94,7 +96,11 @@ FIELD_DOCS: dict[str, tuple[str, str]] = {
     "sweep.warmup.concurrency": ("requests in flight", "concurrency of the warm-up (default: the point of the trial it precedes)"),
     "sweep.warmup.when": ("", "'once' before the sweep, or 'each_trial' before every trial"),
     "sweep.cooldown_s": ("seconds", "pause between trials"),
-    "sweep.sessions": ("server starts", ""),
+    "sweep.sessions": ("server starts", "engine (re)starts: the repeats are split into this many balanced blocks, "
+                       "one server each; with 1 every verdict is about that server start, with 2 or more the start "
+                       "is the unit of every test, and a claim about the configuration needs 3 or more. Not given: "
+                       "one server start per repeat (3 starts of 1 repeat when repeats is not given either; 3 "
+                       "blocks with arms), or 1 for an endpoint, which this tool cannot restart"),
     "profile": ("", "a separate, shorter diagnostic run under a profiler (never mixed with the headline numbers)"),
     "profile.enabled": ("", "run the diagnostic profile after the sweep"),
     "profile.tool": ("", "torch profiler or Nsight Systems"),
@@ -143,7 +149,13 @@ def iter_fields() -> list[tuple[str, type[BaseModel], str, Any]]:
     return out
 
 
-def _default(f: Any) -> str:
+# fields whose default depends on the rest of the spec (evidence.spec.design): no single value to show
+DESIGN_FIELDS = ("sweep.repeats", "sweep.sessions")
+
+
+def _default(f: Any, path: str = "") -> str:
+    if path in DESIGN_FIELDS:
+        return "by design (see meaning)"
     if f.is_required():
         return "required"
     v = f.default_factory() if f.default is PydanticUndefined and f.default_factory else f.default
@@ -200,6 +212,8 @@ def spec_schema() -> dict[str, Any]:
             props[name]["description"] = meaning
         if unit:
             props[name]["x-unit"] = unit
+        if path in DESIGN_FIELDS:
+            props[name].pop("default", None)
     return schema
 
 
@@ -226,7 +240,7 @@ def spec_reference_md() -> str:
         if is_section:
             continue
         prop = (schema if cls is m.Spec else defs[cls.__name__])["properties"][name]
-        lines.append(f"| `{path}` | {_cell(_type(prop))} | {_cell(_default(f))} | {FIELD_DOCS[path][0]} | "
+        lines.append(f"| `{path}` | {_cell(_type(prop))} | {_cell(_default(f, path))} | {FIELD_DOCS[path][0]} | "
                      f"{_cell(prop.get('description', ''))} |")
     return "\n".join(lines).replace("\n\n\n", "\n\n") + "\n"
 

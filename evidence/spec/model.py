@@ -6,6 +6,7 @@ frozen and forbid unknown keys so that a typo can never silently change an exper
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 import re
@@ -26,6 +27,7 @@ from pydantic import (
 )
 
 from evidence.metrics import REPORTED_METRICS
+from evidence.spec.design import MAX_SESSIONS, default_design, legacy_design
 from evidence.spec.errors import SpecError, validate_located
 from evidence.spec.yamlsrc import Located, YamlSourceError, read_yaml
 
@@ -329,15 +331,12 @@ class Warmup(_Model):
 class Sweep(_Model):
     points: list[Concurrency] = Field(description="max_concurrency values, ascending")
     prompts: PromptCount
-    repeats: Annotated[int, Field(gt=0, le=MAX_TRIALS)] = 1
+    repeats: Annotated[int, Field(gt=0, le=MAX_TRIALS)] = 1  # not given: evidence.spec.design
     order: Literal["balanced", "fixed", "shuffled"] = "balanced"
     order_seed: Annotated[int, Field(ge=-(2**63), le=2**63 - 1)] | None = None
     warmup: Warmup = Field(default_factory=Warmup)
     cooldown_s: Annotated[float, Field(ge=0)] = 0.0
-    sessions: Annotated[int, Field(ge=1, le=64)] = Field(
-        1, description="engine (re)starts: the repeats are split into this many balanced blocks, one server each; "
-                       "with 1 every verdict is about that server start, with 2 or more the start is the unit of "
-                       "every test, and a claim about the configuration needs 3 or more")
+    sessions: Annotated[int, Field(ge=1, le=MAX_SESSIONS)] = 1  # not given: evidence.spec.design
 
     @model_validator(mode="after")
     def _points(self) -> "Sweep":
@@ -501,7 +500,7 @@ class Spec(_Model):
             elif self.sweep.sessions % m or self.sweep.sessions < 2 * m:
                 problems.append(f"@sweep.sessions: with {m} arms the server starts come in blocks of {m} (one per "
                                 f"arm), at least 2 blocks: sessions must be a multiple of {m} and >= {2 * m}, not "
-                                f"{self.sweep.sessions}")
+                                f"{self.sweep.sessions} (not given, it is the repeats when they are such a multiple)")
             for i, a in enumerate(self.arms):
                 try:
                     EngineArgs.model_validate({**self.engine.args.model_dump(), **a.args})
@@ -562,6 +561,9 @@ class Spec(_Model):
 
 
 def spec_from_located(src: Located, file: str) -> Spec:
+    """A spec file's Spec: the repeats and server starts it does not give take the default design first
+    (evidence.spec.design; a model validator would cost the JSON mode of spec_from_json)."""
+    src = dataclasses.replace(src, data=default_design(src.data))
     return validate_located(Spec, src, file, no_echo=frozenset({"api_key_env", "env"}))
 
 
@@ -581,12 +583,6 @@ def load_spec(path: str | Path) -> Spec:
     return spec_from_located(src, str(path))
 
 
-def spec_sha256(path: str | Path) -> str:
-    from evidence.canon import sha256_file
-
-    return sha256_file(Path(path))
-
-
 def spec_to_json(spec: Spec) -> str:
     """The validated spec with defaults filled (what runs store as spec.resolved.json)."""
     from evidence.canon import dumps
@@ -596,5 +592,5 @@ def spec_to_json(spec: Spec) -> str:
 
 
 def spec_from_json(text: str) -> Spec:
-    """Inverse of spec_to_json (JSON mode lets string keys stand for int keys)."""
-    return Spec.model_validate_json(text)
+    """Inverse of spec_to_json (JSON mode lets string keys stand for int keys); older runs keep their design."""
+    return Spec.model_validate_json(legacy_design(text))

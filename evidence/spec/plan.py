@@ -197,6 +197,11 @@ def design_claim(spec: Spec) -> dict:
                 f"the configuration needs sweep.sessions >= {CLAIM_MIN_STARTS}")
     else:
         note = None
+    if not spec.engine.starts_server:
+        # an endpoint's server is someone else's: its sessions are blocks of one server, never a restart
+        note = ("the endpoint's server is started elsewhere and never restarted by this tool, so its variance between "
+                "starts is not measured: verdicts are about that server as it ran; a claim about the configuration "
+                f"needs {CLAIM_MIN_STARTS} or more runs, each against a freshly started server")
     words = "server starts" if unit == "session" else "repeats of one server start"
     out = {"server_starts": k, "repeats": reps, "unit": unit, "n": n, "df": n - 1 if n >= 2 else None,
            "scope": scope, "claim_note": note,

@@ -67,6 +67,7 @@ sweep:
   points: [1, 4]
   prompts: {{per_concurrency: {prompts}}}
   repeats: 2
+  sessions: 1
 analysis:
   comparisons:
     - {{a: 4, b: 1}}

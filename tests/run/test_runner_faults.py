@@ -187,6 +187,7 @@ sweep:
   points: [1]
   prompts: {{per_concurrency: {prompts}}}
   repeats: 2
+  sessions: 1
   warmup: {{requests: 0}}
 """,
         encoding="utf-8",

@@ -28,7 +28,7 @@ def _spec(tmp_path: Path, repeats: int, sessions: int | None, extra: str = "") -
 @pytest.mark.parametrize(
     "repeats,sessions,unit,n,scope,claims",
     [
-        (3, None, "repeat", 3, "this server start", False),
+        (3, 1, "repeat", 3, "this server start", False),
         (6, 2, "session", 2, "these 2 server starts", False),
         (6, 3, "session", 3, "these 3 server starts", True),
         (4, 4, "session", 4, "these 4 server starts", True),
@@ -43,7 +43,7 @@ def test_design_claim(tmp_path, repeats, sessions, unit, n, scope, claims) -> No
 
 
 def test_validate_and_plan_say_what_the_design_can_claim(tmp_path) -> None:
-    p = _spec(tmp_path, 3, None)
+    p = _spec(tmp_path, 3, 1)
     r = subprocess.run(
         [sys.executable, "-m", "evidence.cli", "validate", str(p), "--json"], capture_output=True, text=True, cwd=ROOT
     )

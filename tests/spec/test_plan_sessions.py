@@ -64,7 +64,7 @@ def test_plan_assigns_sessions_and_keeps_the_square(tmp_path):
 
 
 def test_one_session_leaves_the_plan_bytes_unchanged(tmp_path):
-    d = make_plan(load_spec(ROOT / "specs" / "article1.yaml")).as_dict()
+    d = make_plan(_spec(tmp_path, 3, 1)).as_dict()
     assert "sessions" not in d and all("session" not in t for t in d["trials"])
     # the committed release's plan is exactly what the plan code writes
     rel = ROOT / "releases/article1-h200-v1.0/data/raw/h200-a100sched/plan.json"

@@ -213,7 +213,7 @@ def test_cli_validate_names_the_api_key_variable_never_its_value(tmp_path):
     assert r.returncode == 0 and secret not in r.stdout + r.stderr
     s = json.loads(r.stdout)
     assert (s["api_key_env"], s["api_key_set"]) == ("VLLM_API_KEY", True)
-    assert s["extra_body"] == {"repetition_penalty": 1.0} and s["sessions"] == 1 and s["request_timeout_s"] == 600.0
+    assert s["extra_body"] == {"repetition_penalty": 1.0} and s["sessions"] == 3 and s["request_timeout_s"] == 600.0
     assert s["article_commit"] == "1d721051945defd8898916a986fc696286e7946d"
     env.pop("VLLM_API_KEY")
     r = subprocess.run([sys.executable, "-m", "evidence.cli", "validate", str(ARTICLE)], capture_output=True, text=True,

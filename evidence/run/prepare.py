@@ -91,7 +91,7 @@ def _clean_staging(runs_dir: Path, say: Say, rid: str | None = None) -> None:
         if not (p.is_dir() and p.name.startswith(prefix)):
             continue
         pid = p.name.rsplit("-", 1)[-1]
-        if pid.isdigit() and int(pid) != os.getpid() and _alive(int(pid)):
+        if pid.isdigit() and int(pid) != os.getpid() and run_lock.same_process_alive(int(pid), None):
             continue  # another process is creating it right now
         if all(q.is_file() and _creation_file(q.name) for q in p.iterdir()):
             shutil.rmtree(p)
@@ -106,16 +106,6 @@ def _clean_leftovers(runs_dir: Path, spec_sha: str, say: Say) -> None:
     for p in sorted(runs_dir.iterdir()):
         if p.is_dir() and not p.name.startswith(CREATING_PREFIX) and stillborn(p) and _spec_sha_of(p) == spec_sha:
             _clean_stillborn(p, say, "its creation was cut off (a kill in the run's first milliseconds)")
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def find_resumable(runs_dir: Path, spec_sha: str) -> Path | None:

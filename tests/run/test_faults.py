@@ -302,3 +302,29 @@ def test_kill_9_while_the_run_folder_is_being_created_then_the_same_command_runs
     assert r.returncode == 0, r.stderr
     assert trial_ids(runs / "k") == ["r1-c1"] and read_json(runs / "k" / "run.json")["status"] == "complete"
     assert sorted(q.name for q in runs.iterdir()) == ["k"]  # the cut-off creation was cleaned up
+
+
+def test_a_creation_folder_whose_creator_is_a_zombie_is_cleaned(tmp_path):
+    """A creator killed but not yet reaped (a container's init may never reap it) no longer creates anything:
+    its folder is a leftover, as the run lock judges the same process (run.lock.same_process_alive)."""
+    import subprocess
+    import time
+
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    deadline = time.monotonic() + 10
+    state = ""
+    while time.monotonic() < deadline:  # exited, not reaped: /proc says Z while we do not wait()
+        state = Path(f"/proc/{child.pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        if state == "Z":
+            break
+        time.sleep(0.02)
+    try:
+        assert state == "Z"
+        staging = tmp_path / "runs" / f"{prepare.CREATING_PREFIX}z-{child.pid}"
+        staging.mkdir(parents=True)
+        (staging / "plan.json").write_text("{}")
+        said: list[str] = []
+        prepare._clean_staging(tmp_path / "runs", said.append)
+        assert not staging.exists() and "cut off" in said[0]
+    finally:
+        child.wait()

@@ -27,9 +27,10 @@ def design_fill(data: Any) -> dict[str, int]:
     """The sweep.repeats and sweep.sessions a spec gets for the ones it does not give (raw mapping in).
 
     A spec that does not say gets a design whose verdicts can speak for the configuration, not
-    for one server start: one repeat per server start (the cheapest design for a given interval
-    when most of the noise is between starts, notes/statistics.md), 3 starts when nothing is
-    given, 3 blocks of one start per arm with arms. An endpoint keeps 1 start: this tool cannot
+    for one server start: one repeat per server start (at the H200's variance components the
+    cheapest design for a given power unless a start costs more than about 12 trials,
+    bench/RESULTS-sessions.md), 3 starts when nothing is given, 3 blocks of one start per arm
+    with arms. An endpoint keeps 1 start: this tool cannot
     restart someone else's server. Values given are never changed; a value that is not a count
     is left to validation to refuse."""
     sw = data.get("sweep") if isinstance(data, dict) else None

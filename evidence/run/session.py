@@ -44,14 +44,16 @@ def make_prompts(spec: Spec, repo_root: Path, base_url: str, model: str, n: int,
         raise RunError(f"cannot make the prompts: {e}") from None
 
 
-def start_engine(engine, rd: RunDir, spec: Spec, say, hooks: Hooks | None = None) -> None:
-    """Start the engine with its own numbered log, wait until ready, record what it resolved."""
+def start_engine(engine, rd: RunDir, spec: Spec, say, hooks: Hooks | None = None, what: str = "") -> None:
+    """Start the engine with its own numbered log, wait until ready, record what it resolved.
+
+    `what`: which start this is, for the progress line (e.g. "server start 2 of 3, arm fast")."""
     from evidence.engines import EngineError
 
     rd.engine_dir.mkdir(parents=True, exist_ok=True)
     log = rd.numbered(rd.engine_log)
     rd.event("engine_starting", command=engine.command(), log=str(log.relative_to(rd.path)))
-    say(f"starting engine ({spec.engine.kind}); log: {log}")
+    say(f"starting engine ({spec.engine.kind}{'; ' + what if what else ''}); log: {log}")
     t = time.monotonic()
 
     def waiting(line: str) -> None:

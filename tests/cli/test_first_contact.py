@@ -53,11 +53,14 @@ def test_standin_demo_end_to_end_from_a_bare_folder(tmp_path: Path) -> None:
     assert p.returncode == 0, p.stderr[-3000:]
     res = json.loads(p.stdout)
     assert res["status"] == "complete" and len(res["trials_done"]) == 9
+    # the demo gives no sweep.sessions: the default design, one server start per repeat, and progress says which
+    assert "server start 1 of 3" in p.stderr and "server start 3 of 3" in p.stderr
     run = tmp_path / "runs" / "demo"
     p = ev("analyze", str(run), "--json", cwd=tmp_path)
     assert p.returncode == 0, p.stderr[-3000:]
     (c,) = json.loads(p.stdout)["comparisons"]
     assert c["ci95"] is not None
+    assert (c["unit"], c["n_units"], c["scope"]) == ("session", 3, "these 3 server starts")
     p = ev("report", str(run), cwd=tmp_path)
     assert p.returncode == 0, p.stderr[-3000:]
     assert (run / "report" / "report.html").is_file()

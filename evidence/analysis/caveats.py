@@ -18,7 +18,7 @@ from evidence.analysis.numbers import label
 CAVEAT_KINDS = ("run_status", "missing_trials", "failed_requests", "zero_completed", "unexpected_trials",
                 "plan_mismatch", "single_repeat", "fixed_order", "comparison_verdict", "sign_only",
                 "session_variance", "sessions_same", "dummy_weights", "output_len_mismatch", "prompt_lengths",
-                "pins_drift", "engine_restart_values", "session_split", "profile_diagnostic", "no_steady_state", "too_short_steady",
+                "pins_drift", "engine_restart_values", "session_split", "sessions_not_restarted", "profile_diagnostic", "no_steady_state", "too_short_steady",
                 "waves", "regimes", "dominance_verdict", "dominance_repeats", "ordering_repeats",
                 "bottleneck")
 
@@ -154,6 +154,13 @@ def caveat_entries(data: RunData, res: Analysis) -> list[dict]:
             "comparison inside that start also holds the difference between two starts (and hosts, when the "
             "resume ran elsewhere).",
             f"Server start {k} ran on {len(befores)} engine starts (a resume restarted it).")
+    starts = sorted({int(t.session or 1) for t in data.trials if t.present})
+    if len(starts) > 1 and not spec.engine.starts_server:  # an endpoint: its sessions are blocks of one server
+        add("sessions_not_restarted", f"The endpoint's server was not started, and so not restarted, by this tool: "
+            f"its {len(starts)} sessions are blocks of one server. The verdicts' unit is the session and their scope "
+            f"reads 'these {len(starts)} server starts', but the variance between server starts was not sampled: "
+            "they are about that server as it ran, not about the configuration.",
+            f"The {len(starts)} sessions are blocks of one endpoint server, not server starts.")
     if data.profile_files or spec.profile.enabled:
         add("profile_diagnostic", "Profiling is diagnostic only: traces come from a separate, shorter workload under "
             "a profiler, never from the measured trials; their numbers do not reconstruct the throughput tables.",

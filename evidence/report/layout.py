@@ -27,7 +27,7 @@ CAVEAT_PRIORITY = ("run_status", "missing_trials", "failed_requests", "zero_comp
                    "single_repeat", "comparison_verdict",
                    "session_variance",
                    "dummy_weights",
-                   "engine_restart_values", "pins_drift", "session_split", "bottleneck",
+                   "engine_restart_values", "pins_drift", "session_split", "sessions_not_restarted", "bottleneck",
                    "no_steady_state", "waves", "regimes",
                    "sign_only", "fixed_order", "output_len_mismatch", "prompt_lengths", "too_short_steady",
                    "unexpected_trials", "plan_mismatch", "dominance_verdict", "dominance_repeats", "ordering_repeats",

@@ -127,6 +127,8 @@ def _run_experiment(
     rd, resumed = prepare_run_dir(spec, spec_path, Path(runs_dir), run_id=run_id, resume=resume, say=say)
     if resumed:
         spec = recorded_design(rd, spec)  # the design it started with, whatever today's defaults
+        if until_decided:
+            check_request(spec, max_repeats)  # again, against that design (the lock is released on the way out)
     plan = make_plan(spec)
     trials = recorded_trials(rd, plan.trials)
     done = set(rd.completed_trials())

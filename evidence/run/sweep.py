@@ -71,9 +71,10 @@ def _ensure_session(ctx: RunContext, trial: Trial, first_in_call: bool) -> None:
 
         ctx.engine.spec = spec_for_arm(ctx.spec, arm)
         ctx.rd.event("arm_start", arm=arm, session=sess, before=trial.id)
-    k = ctx.spec.sweep.sessions
-    what = ("per_trial restart" if not new_session else f"server start {sess} of {k}" if k > 1 and sess <= k
-            else f"server start {sess}, added by --until-decided" if k > 1 else "")
+    k, local = ctx.spec.sweep.sessions, adapter_class(ctx.spec.engine.kind).local_process
+    noun = "server start" if local else "session"  # an endpoint's server is someone else's: never restarted
+    what = ("per_trial restart" if not new_session else f"{noun} {sess} of {k}" if k > 1 and sess <= k
+            else f"{noun} {sess}, added by --until-decided" if k > 1 else "")
     start_engine(ctx.engine, ctx.rd, ctx.spec, ctx.say, ctx.hooks, what=what + (f", arm {arm}" if arm else ""))
     if new_session and ctx.session is not None:
         # a new server for a new block of repeats: what it runs on is recorded again

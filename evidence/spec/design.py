@@ -28,7 +28,7 @@ def design_fill(data: Any) -> dict[str, int]:
 
     A spec that does not say gets a design whose verdicts can speak for the configuration, not
     for one server start: one repeat per server start (at the H200's variance components the
-    cheapest design for a given power unless a start costs more than about 12 trials,
+    cheapest design for a given power unless a start costs more than about 12 repeats,
     bench/RESULTS-sessions.md), 3 starts when nothing is given, 3 blocks of one start per arm
     with arms. An endpoint keeps 1 start: this tool cannot
     restart someone else's server. Values given are never changed; a value that is not a count
@@ -40,9 +40,9 @@ def design_fill(data: Any) -> dict[str, int]:
     endpoint = isinstance(eng, dict) and (eng.get("base_url") is not None or eng.get("kind") == "endpoint")
     arms = data.get("arms")
     m = len(arms) if isinstance(arms, list) and len(arms) >= 2 else 0
-    if "sessions" in sw:  # starts given, repeats not: one repeat per start
+    if "sessions" in sw:  # starts given, repeats not: one repeat per start; one start gets 3 (an interval)
         k = _count(sw["sessions"])
-        return {"repeats": k} if k else {}
+        return {"repeats": k if k >= 2 else DEFAULT_STARTS} if k else {}
     if "repeats" in sw:
         r = _count(sw["repeats"])
         if r is None:

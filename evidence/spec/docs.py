@@ -88,7 +88,7 @@ FIELD_DOCS: dict[str, tuple[str, str]] = {
     "sweep.prompts.per_concurrency": ("prompts", ""),
     "sweep.repeats": ("", "how many times every point is measured, over all server starts; points x repeats <= "
                           "10,000 trials. Not given: one per server start (3 when sweep.sessions is not given "
-                          "either)"),
+                          "either or is 1)"),
     "sweep.order": ("", "trial order per repeat: balanced (cyclic Latin square), fixed (ascending), shuffled (seeded)"),
     "sweep.order_seed": ("", "seed of the 'shuffled' order"),
     "sweep.warmup": ("", "requests sent before measuring, not recorded as trials"),

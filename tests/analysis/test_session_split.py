@@ -40,3 +40,18 @@ def test_one_start_per_session_says_nothing(tmp_path: Path) -> None:
     _events(run, [(1, "r1-c1")])
     res = compute_analysis(load_run(run))
     assert all(k["kind"] != "session_split" for k in res["caveat_kinds"])
+
+
+def test_an_endpoints_sessions_are_said_to_be_blocks_of_one_server(tmp_path: Path) -> None:
+    """An endpoint's server is never restarted by this tool: its sessions' verdicts carry a caveat saying so."""
+    from rundir_fixtures import demo_spec  # noqa: E402
+
+    spec = demo_spec(sessions=3)
+    res = compute_analysis(load_run(build_run(tmp_path / "vllm", spec=spec)))
+    assert all(k["kind"] != "sessions_not_restarted" for k in res["caveat_kinds"])
+    endpoint = spec.engine.model_copy(update={"kind": "endpoint", "base_url": "http://127.0.0.1:9"})
+    res = compute_analysis(
+        load_run(build_run(tmp_path / "endpoint", spec=spec.model_copy(update={"engine": endpoint})))
+    )
+    (i,) = [i for i, k in enumerate(res["caveat_kinds"]) if k["kind"] == "sessions_not_restarted"]
+    assert "its 3 sessions are blocks of one server" in res["caveats"][i]

@@ -41,6 +41,7 @@ def _article(tmp_path: Path, sweep_lines: str, name: str = "s.yaml", extra: str 
         ("  repeats: 6\n", 6, 6),  # repeats given: one server start each
         ("  repeats: 1\n", 1, 1),  # one repeat can only be one start (validate says what it can claim)
         ("  sessions: 4\n", 4, 4),  # starts given: one repeat each
+        ("  sessions: 1\n", 3, 1),  # one start given: 3 repeats of it, so there is an interval
         ("  repeats: 6\n  sessions: 2\n", 6, 2),  # both given: never changed
         ("  repeats: 100\n", 100, 64),  # at most 64 starts in one run
     ],

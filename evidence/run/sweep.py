@@ -65,21 +65,25 @@ def _ensure_session(ctx: RunContext, trial: Trial, first_in_call: bool) -> None:
         ctx.rd.event("engine_stopped", reason=reason)
     new_session = ctx.session != sess
     arm = getattr(trial, "arm", None)
+    run_spec, own_build = ctx.spec, False
     if arm is not None and hasattr(ctx.engine, "spec"):
-        # this start runs the trial's arm: the adapter reads its spec (command, env) when it starts
+        # this start runs the trial's arm: the adapter reads its spec (command, env, launch) when it starts
         from evidence.spec.plan import spec_for_arm
 
-        ctx.engine.spec = spec_for_arm(ctx.spec, arm)
+        run_spec = ctx.engine.spec = spec_for_arm(ctx.spec, arm)
+        own_build = any(a.name == arm and (a.launch or a.version) for a in ctx.spec.arms)
         ctx.rd.event("arm_start", arm=arm, session=sess, before=trial.id)
     k, local = ctx.spec.sweep.sessions, adapter_class(ctx.spec.engine.kind).local_process
     noun = "server start" if local else "session"  # an endpoint's server is someone else's: never restarted
     what = ("per_trial restart" if not new_session else f"{noun} {sess} of {k}" if k > 1 and sess <= k
             else f"{noun} {sess}, added by --until-decided" if k > 1 else "")
-    start_engine(ctx.engine, ctx.rd, ctx.spec, ctx.say, ctx.hooks, what=what + (f", arm {arm}" if arm else ""))
-    if new_session and ctx.session is not None:
-        # a new server for a new block of repeats: what it runs on is recorded again
-        record_provenance(ctx.spec, ctx.spec_path, ctx.rd, ctx.engine, ctx.repo_root, code_commit=ctx.code_commit,
-                          allow_drift=True, reason=f"session {sess}")
+    start_engine(ctx.engine, ctx.rd, run_spec, ctx.say, ctx.hooks, what=what + (f", arm {arm}" if arm else ""))
+    if new_session and (ctx.session is not None or own_build):
+        # a new server for a new block of repeats: what it runs on is recorded again; an arm with its own build
+        # (launch, version) is held to its pins as the run start is (a mismatch refuses unless --allow-drift)
+        record_provenance(run_spec, ctx.spec_path, ctx.rd, ctx.engine, ctx.repo_root, code_commit=ctx.code_commit,
+                          allow_drift=ctx.allow_drift if own_build else True,
+                          reason=f"session {sess}" + (f", arm {arm}" if arm else ""))
     if new_session:
         if not adapter_class(ctx.spec.engine.kind).local_process:
             # not our server: nothing restarts; the session still marks the block for the analysis

@@ -456,6 +456,9 @@ class Arm(_Model):
     env: dict[str, str] = Field(default_factory=dict, description="added to engine.env for this arm's server starts")
     args: dict[str, Any] = Field(default_factory=dict, description="engine.args fields this arm sets (replacing the "
                                                                    "engine's value, e.g. extra)")
+    # another build: its own venv (launch.python) or command, and the version that build must report
+    launch: Launch | None = Field(None, description="replaces engine.launch for this arm's server starts")
+    version: str | None = Field(None, description="replaces engine.version (the pin) for this arm's server starts")
 
     @field_validator("name")
     @classmethod

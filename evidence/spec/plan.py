@@ -135,12 +135,14 @@ def arm_of_session(session: int, arms: list[str]) -> str:
 
 
 def spec_for_arm(spec: Spec, arm: str) -> Spec:
-    """The spec with its engine section as `arm` sets it (env added, args replaced field by field)."""
+    """The spec with its engine section as `arm` sets it (env added, args replaced field by field, launch and
+    version replaced when the arm gives them: another build)."""
     from evidence.spec.model import EngineArgs
 
     a = next(x for x in getattr(spec, "arms", []) if x.name == arm)
     args = EngineArgs.model_validate({**spec.engine.args.model_dump(), **a.args})
-    engine = spec.engine.model_copy(update={"env": {**spec.engine.env, **a.env}, "args": args})
+    build = {k: v for k, v in (("launch", a.launch), ("version", a.version)) if v is not None}
+    engine = spec.engine.model_copy(update={"env": {**spec.engine.env, **a.env}, "args": args, **build})
     return spec.model_copy(update={"engine": engine})
 
 

@@ -140,3 +140,37 @@ def test_until_decided_adds_blocks_of_arms_and_looks_over_blocks(tmp_path, tiny_
         assert c["n_units"] == blocks and c["better"] == "fast"  # the analysis uses every block the loop added
     assert len(res["sequential"]["decisions"]) == 2
     assert all(d["verdict"] == "finding" for d in res["sequential"]["decisions"])
+
+
+def test_an_arm_can_be_another_build(tmp_path, tiny_model) -> None:
+    """An arm's launch (its own venv or command) and version replace the engine's for its starts; each such start
+    records what it ran on and is held to the arm's pins as the run start is: a wrong build refuses (the trials
+    before are kept), and --allow-drift records the mismatch and goes on."""
+    import json
+
+    text = SPEC.read_text()
+    assert "  - name: slow" in text
+    launch = '    launch: {command: ["{python}", "-X", "utf8", "-m", "evidence.tools.standin"]}\n'
+    text = text.replace("  - name: slow", "  - name: slow\n" + launch + '    version: "0.0.1-slow"', 1)
+    text = text.replace("repeats: 6 ", "repeats: 4 ").replace("sessions: 6 ", "sessions: 4 ")
+    spec = tmp_path / "build.yaml"
+    spec.write_text(text)
+    s = load_spec(spec)
+    assert (s.arms[1].version, s.arms[1].launch.command[1:3]) == ("0.0.1-slow", ["-X", "utf8"])
+    with pytest.raises(RunError, match="engine version"):  # the stand-in says its version is "standin"
+        run_experiment(spec, runs_dir=tmp_path / "runs", repo_root=ROOT, progress=False, run_id="build")
+    rd = tmp_path / "runs" / "build"
+    assert sorted(p.name for p in (rd / "trials").iterdir() if not p.name.startswith(".")) == ["r1-c1", "r1-c4"]
+    out = run_experiment(
+        spec, runs_dir=tmp_path / "runs", repo_root=ROOT, progress=False, run_id="build", allow_drift=True
+    )
+    assert out.status == "complete", out
+    events = [json.loads(ln) for ln in (rd / "events.jsonl").read_text().splitlines() if ln.startswith("{")]
+    starts = [(e["arm"], e["session"]) for e in events if e["event"] == "arm_start"]
+    cmds = [e["command"] for e in events if e["event"] == "engine_starting"]
+    assert [a for a, _ in starts] == ["fast", "slow", "slow", "slow", "fast"] and len(cmds) == 5  # slow 2 twice
+    assert [("-X" in c) for c in cmds] == [a == "slow" for a, _ in starts]
+    pins = [
+        p for f in sorted(rd.glob("provenance-*.json")) for p in read_json(f)["pins"] if p["pin"] == "engine version"
+    ]
+    assert {(p["requested"], p["effective"], p["ok"]) for p in pins} >= {("0.0.1-slow", "standin", False)}

@@ -140,8 +140,9 @@ def _side(res: Analysis, kind: str) -> dict:
 
 def shift_test(xa: list[float], xb: list[float], sa: list[int] | None = None, sb: list[int] | None = None) -> dict:
     """Run b against run a at one point: the runs are a fixed effect and their server starts (sessions `sa`,
-    `sb`, one label per value) are nested in them. With 2 or more starts in each run the unit is the start (its
-    mean ln over its repeats); otherwise the repeat, and the scope says the claim is about these starts. Welch's
+    `sb`, one label per value) are nested in them. A run with 2 or more starts gives its starts as units (each the
+    mean ln over its repeats, never its repeats: they are not independent); a run of one start gives its repeats,
+    and the scope says the claim is about these starts. Welch's
     t on the units' logs (unequal variances), its 95% interval back-transformed as exp(.) - 1. Fewer than 2
     units on either side: no claim."""
     sa = list(sa) if sa is not None else [1] * len(xa)
@@ -149,13 +150,14 @@ def shift_test(xa: list[float], xb: list[float], sa: list[int] | None = None, sb
     ka = [(x, s) for x, s in zip(xa, sa) if x and x > 0]
     kb = [(x, s) for x, s in zip(xb, sb) if x and x > 0]
     starts_a, starts_b = len({s for _, s in ka}), len({s for _, s in kb})
-    if starts_a >= 2 and starts_b >= 2:  # fixed by the design (both runs restarted the server), not by the data
-        unit = "session"
-        la = session_means([math.log(x) for x, _ in ka], [s for _, s in ka])
-        lb = session_means([math.log(x) for x, _ in kb], [s for _, s in kb])
-    else:
-        unit = "repeat"
-        la, lb = np.log([x for x, _ in ka]), np.log([x for x, _ in kb])
+    # each run's unit is fixed by its design (did it restart the server?), never by the data
+    unit = "session" if starts_a >= 2 and starts_b >= 2 else "repeat" if max(starts_a, starts_b) < 2 else "mixed"
+
+    def units(kx: list[tuple[float, int]], starts: int) -> Any:
+        logs = [math.log(x) for x, _ in kx]
+        return session_means(logs, [s for _, s in kx]) if starts >= 2 else np.asarray(logs)
+
+    la, lb = units(ka, starts_a), units(kb, starts_b)
     if unit == "session":
         scope = f"these {starts_a} + {starts_b} server starts"
         note = (None if min(starts_a, starts_b) >= CLAIM_MIN_STARTS else
@@ -316,7 +318,7 @@ def summary_lines(c: dict) -> list[str]:
         out.append(f"{p['label']} shift b vs a: {pct_text(p['shift'], 1, signed=True)} ("
                    + (f"95% CI {interval_text(ci)}, "
                       f"p {p['shift_p']:.3g}; " if ci else "") + f"{p['shift_verdict']}, Welch on logs over "
-                   f"{'server starts' if p.get('shift_unit') == 'session' else 'repeats'} "
+                   f"{ {'session': 'server starts', 'mixed': 'server starts / repeats of one start'}.get(p.get('shift_unit'), 'repeats')} "
                    f"{'/'.join(map(str, p.get('shift_n') or []))}"
                    + (f", {p['shift_df']:.3g} df" if p.get("shift_df") is not None else "")
                    + f"; scope: {p.get('shift_scope')})")

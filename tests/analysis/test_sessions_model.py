@@ -215,3 +215,17 @@ def test_costs_and_the_cheapest_design_by_hand() -> None:
     # a small between-start sd and costly starts: more repeats per start
     assert design_for(0.01, 0.05, 0.10, cost_start=400.0, cost_repeat=25.0)["repeats_per_start"] == 12
     assert design_for(0.05, 0.05, 0.10, cost_start=400.0, cost_repeat=25.0)["repeats_per_start"] == 4
+
+
+def test_a_run_of_several_starts_against_one_start_gives_its_starts_as_units() -> None:
+    # run a: 3 starts of 2 repeats (its repeats are not independent); run b: one start of 4 repeats
+    from evidence.analysis.compare import shift_test
+
+    xa, sa = [100.0, 101.0, 120.0, 121.0, 90.0, 91.0], [1, 1, 2, 2, 3, 3]
+    xb, sb = [104.0, 105.0, 106.0, 103.0], [1, 1, 1, 1]
+    r = shift_test(xa, xb, sa, sb)
+    assert r["shift_unit"] == "mixed" and r["shift_n"] == [3, 4] and "one server start" in r["shift_scope_note"]
+    la = [np.mean(np.log(xa[i : i + 2])) for i in (0, 2, 4)]
+    t = sps.ttest_ind(np.log(xb), la, equal_var=False)
+    assert math.isclose(r["shift_p"], float(t.pvalue), rel_tol=1e-9)
+    assert math.isclose(r["shift_df"], float(t.df), rel_tol=1e-9)

@@ -488,9 +488,16 @@ def plan_noise(d: Sequence[float], sessions: Sequence[int] | None, *, effect: fl
                    note="one engine session: the variance between server starts is not measured (repeats inside one "
                         "server cannot estimate it); run with sweep.sessions >= 3 and plan again from that run" + rough)
         return out
+    cs, cr = (costs or {}).get("start_s"), (costs or {}).get("repeat_s")
     if len(x) <= k:  # one pair per start: the starts' sd holds both components, at 1 repeat per start
         r, sd_unit = 1, sd_all
         vc = {"sd_between": float("nan"), "sd_within": float("nan")}
+        # the components are not separable, so the design stays at 1 repeat per start; its starts at the estimate
+        # and at the upper end of that sd's 95% interval (the real uncertainty of a few starts)
+        out["design"] = design_for(sd_all, 0.0, effect, cost_start=cs, cost_repeat=cr, alpha=alpha, power=power)
+        out["design_upper"] = design_for(sd_ci[1], 0.0, effect, cost_start=cs, cost_repeat=cr, alpha=alpha,
+                                         power=power)
+        out["costs"] = costs
     else:
         vc = variance_components(x, sess)
         out["components"] = vc
@@ -498,7 +505,6 @@ def plan_noise(d: Sequence[float], sessions: Sequence[int] | None, *, effect: fl
         sd_unit = math.sqrt(vc["sd_between"] ** 2 + vc["sd_within"] ** 2 / r)
         # the design that reaches the power at the least time, at the estimate and at the upper end of the
         # between-start sd's 95% interval (with few starts that sd is rough, and this says how rough)
-        cs, cr = (costs or {}).get("start_s"), (costs or {}).get("repeat_s")
         out["design"] = design_for(vc["sd_between"], vc["sd_within"], effect, cost_start=cs, cost_repeat=cr,
                                    alpha=alpha, power=power)
         out["design_upper"] = design_for(vc["sd_between_ci"][1], vc["sd_within"], effect, cost_start=cs,

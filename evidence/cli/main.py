@@ -240,8 +240,8 @@ def plan(
             name = f"C{r['a']} vs C{r['b']}" + (f" in arm {r['arm']}" if r.get("arm") else "")
             if r.get("note"):
                 out.print(f"{name}: {r['note']}")
-            for key, what in (("design", "at the estimated sd"), ("design_upper", "at the upper end of the "
-                                                                   "between-start sd's 95% interval")):
+            upper = ("the starts' sd" if "components" not in r else "the between-start sd") + "'s 95% interval"
+            for key, what in (("design", "at the estimated sd"), ("design_upper", f"at the upper end of {upper}")):
                 dz = r.get(key)
                 if dz:
                     tm = f", about {dz['time_s'] / 3600:.1f} h" if dz.get("time_s") else ""

@@ -169,6 +169,15 @@ def test_plan_noise_picks_the_unit():
     assert split["repeats_halfwidth"] == 3 * split["sessions_halfwidth"]
     assert split["sd_session"] == pytest.approx(math.sqrt(split["components"]["sd_between"] ** 2
                                                           + split["components"]["sd_within"] ** 2 / 3))
+    # one repeat per start (the default design): the design stays at 1 repeat per start, its starts at the
+    # estimate and at the upper end of the starts' sd interval, timed from the measured costs
+    x = [0.0, 0.2, 0.1, 0.05]
+    ones = plan_noise(x, [1, 2, 3, 4], effect=0.05, costs={"start_s": 60.0, "repeat_s": 30.0})
+    assert "components" not in ones and ones["repeats_per_session"] == 1
+    d, up = ones["design"], ones["design_upper"]
+    assert d["repeats_per_start"] == up["repeats_per_start"] == 1
+    assert d["starts"] == max(3, repeats_needed(ones["sd_log"], 0.05)) and d["time_s"] == d["starts"] * 90.0
+    assert up["starts"] == max(3, repeats_needed(ones["sd_log_ci95"][1], 0.05)) > d["starts"]
 
 
 def test_cli_plan_from_the_h200_run(tmp_path):

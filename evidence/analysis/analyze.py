@@ -317,8 +317,15 @@ def sequential_record(looks: list[dict], comps: list[dict]) -> dict:
                "n_units": lk.get("n_units", r.get("n_units")), "scope": lk.get("scope", r.get("scope")),
                "rci": lk.get("rci"), "t": lk.get("t"), "t_boundary": lk.get("t_boundary"),
                "alpha_spent": lk.get("alpha_spent"), "stop_reason": lk.get("stop_reason")}
-        decisions.append(dec)
         rci = dec["rci"]
+        m = c.get("margin")
+        if (m and dec["verdict"] != "finding" and isinstance(rci, list) and None not in rci and min(rci) > -1
+                and all(abs(math.log1p(v)) < math.log1p(m) for v in rci)):
+            # a repeated CI covers at every look whatever the stop, so one inside +-margin shows equivalence
+            # under the sequential design (Jennison & Turnbull, ch. 9); the looks never stop for it
+            dec["verdict"] = "equivalent"
+            dec["equivalence"] = f"the repeated CI {interval_text(rci)} lies within +-{m * 100:g}% (valid at any stop)"
+        decisions.append(dec)
         c["sequential"] = dec
         if dec["verdict"] in ("finding", "not significant", "equivalent") and dec["verdict"] != c.get("verdict"):
             # the run declared a sequential design: its verdict is the looks' (alpha spent over the looks and split
@@ -328,6 +335,7 @@ def sequential_record(looks: list[dict], comps: list[dict]) -> dict:
             c["statement"] = (f"{dec['verdict']} under the declared sequential procedure (--until-decided); the "
                               f"fixed-sample test of the same units alone: {c['statement']}")
         c["statement"] += (f"; until-decided: {dec['verdict']} at look {dec['decided_at_look']}"
+                           + (f" ({dec['equivalence']})" if dec.get("equivalence") else "")
                            + (" (futility)" if dec["stop_reason"] == "futility" else "")
                            + (f", repeated CI {interval_text(rci)}" if isinstance(rci, list) and None not in rci else "")
                            + (f" over {dec['n_units']} " + {"session": "server starts", "block": "blocks of server "

@@ -229,3 +229,37 @@ def test_a_run_of_several_starts_against_one_start_gives_its_starts_as_units() -
     t = sps.ttest_ind(np.log(xb), la, equal_var=False)
     assert math.isclose(r["shift_p"], float(t.pvalue), rel_tol=1e-9)
     assert math.isclose(r["shift_df"], float(t.df), rel_tol=1e-9)
+
+
+@pytest.mark.parametrize(
+    "verdict,rci,margin,expect",
+    [
+        ("not significant", [-0.04, 0.05], 0.10, "equivalent"),  # the repeated CI inside +-10%: equivalent
+        ("not significant", [-0.04, 0.12], 0.10, "not significant"),  # crosses +10%
+        ("not significant", [-0.04, 0.05], None, "not significant"),  # no margin declared
+        ("finding", [0.01, 0.05], 0.10, "finding"),  # a finding stays a finding
+    ],
+)
+def test_a_sequential_run_shows_equivalence_by_its_repeated_interval(verdict, rci, margin, expect) -> None:
+    from evidence.analysis.analyze import sequential_record
+
+    looks = [
+        {
+            "look": 1,
+            "max_looks": 3,
+            "comparisons": [
+                {
+                    "a": 4,
+                    "b": 1,
+                    "verdict": verdict,
+                    "decided": True,
+                    "look": {"rci": rci, "unit": "session", "n_units": 4},
+                }
+            ],
+        },
+        {"stop": "every comparison decided", "rule": "OBF"},
+    ]
+    comps = [{"a": 4, "b": 1, "verdict": "not significant", "statement": "fixed", "margin": margin}]
+    rec = sequential_record(looks, comps)
+    assert rec["decisions"][0]["verdict"] == comps[0]["verdict"] == expect
+    assert ("valid at any stop" in comps[0]["statement"]) == (expect == "equivalent")

@@ -246,6 +246,12 @@ def build_analysis(data: RunData) -> Analysis:
                "latency_intervals": LATENCY_INTERVALS}
     dom = dominance(points_l, trials_by, rows, spec)
     arms = arm_comparisons(data, rows)  # None without spec.arms: other analyses have no "arms" key
+    if arms:  # these verdicts pool the arms' starts: each says so, and where the verdicts about the points are
+        pooled = (f"pooled over the arms {', '.join(arms['arms'])}, which differ by design: the comparison inside "
+                  "each arm (arms.within) and the interaction are the verdicts about the points")
+        for c in comps + adj:
+            c["scope_note"] = f"{c['scope_note']}; {pooled}" if c.get("scope_note") else pooled
+            c["statement"] += f"; {pooled}"
     # --until-decided: its decisions, and each decided comparison's sentence extended with its decision
     seq = sequential_record(data.looks, comps + (arms["comparisons"] if arms else [])) if data.looks else None
     attach_intervals(points_l, rows, spec_info.percentiles)  # 95% interval on ln across repeats (or sessions)

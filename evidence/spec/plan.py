@@ -185,18 +185,22 @@ def design_claim(spec: Spec) -> dict:
     """What the spec's design can claim before it runs: the unit of every test, its n and df, and the scope.
 
     The unit is fixed by the design (evidence.analysis.stats): 2 or more server starts (sweep.sessions) make the
-    start the unit; one start leaves the repeat, and every verdict is about that server start."""
-    k = int(getattr(spec.sweep, "sessions", 1) or 1)
-    reps = spec.sweep.repeats
+    start the unit; one start leaves the repeat, and every verdict is about that server start. With arms the
+    points are compared inside each arm, over that arm's starts (never pooled over the arms)."""
+    arms = [a.name for a in getattr(spec, "arms", [])]
+    total = int(getattr(spec.sweep, "sessions", 1) or 1)
+    k = total // len(arms) if arms else total  # the starts a comparison of points is made over
+    reps = spec.sweep.repeats // len(arms) if arms else spec.sweep.repeats
+    need = CLAIM_MIN_STARTS * (len(arms) or 1)  # 3 starts of every arm
     unit = "session" if k >= 2 else "repeat"
     n = k if k >= 2 else reps
-    scope = "this server start" if k == 1 else f"these {k} server starts"
+    scope = "this server start" if k == 1 else f"these {k} server starts" + (" of each arm" if arms else "")
     if k == 1:
         note = (f"one server start: every verdict is about that start only (the variance between starts is not "
-                f"measured); set sweep.sessions to {CLAIM_MIN_STARTS} or more for a claim about the configuration")
+                f"measured); set sweep.sessions to {need} or more for a claim about the configuration")
     elif k < CLAIM_MIN_STARTS:
         note = (f"{k} server starts: the test has {k - 1} df and its verdicts are about these starts; a claim about "
-                f"the configuration needs sweep.sessions >= {CLAIM_MIN_STARTS}")
+                f"the configuration needs sweep.sessions >= {need}")
     else:
         note = None
     if not spec.engine.starts_server:
@@ -205,13 +209,12 @@ def design_claim(spec: Spec) -> dict:
                 "starts is not measured: verdicts are about that server as it ran; a claim about the configuration "
                 f"needs {CLAIM_MIN_STARTS} or more runs, each against a freshly started server")
     words = "server starts" if unit == "session" else "repeats of one server start"
-    out = {"server_starts": k, "repeats": reps, "unit": unit, "n": n, "df": n - 1 if n >= 2 else None,
+    out = {"server_starts": total, "repeats": spec.sweep.repeats, "unit": unit, "n": n, "df": n - 1 if n >= 2 else None,
            "scope": scope, "claim_note": note,
            "text": (f"verdicts over {n} {words} ({n - 1} df); scope: {scope}" if n >= 2 else
                     f"{n} unit: no interval, no verdict (no claim)") + (f"; {note}" if note else "")}
-    arms = [a.name for a in getattr(spec, "arms", [])]
     if arms:
-        blocks = k // len(arms)
+        blocks = total // len(arms)
         out["arms"] = {"arms": arms, "unit": "block", "n": blocks, "df": blocks - 1,
                        "scope": f"these {blocks} blocks of server starts"}
         out["text"] += (f"; arms {' vs '.join(arms)}: over {blocks} blocks of server starts ({blocks - 1} df)"

@@ -36,6 +36,9 @@ def test_arms_are_balanced_blocks_of_starts() -> None:
     }
     d = design_claim(s)["arms"]
     assert (d["unit"], d["n"], d["df"], d["scope"]) == ("block", 3, 2, "these 3 blocks of server starts")
+    # the points are compared inside each arm, over that arm's 3 starts (never the 6 starts pooled)
+    d = design_claim(s)
+    assert (d["unit"], d["n"], d["df"], d["scope"]) == ("session", 3, 2, "these 3 server starts of each arm")
 
 
 def test_arms_refuse_what_cannot_be_blocked(tmp_path) -> None:
@@ -58,6 +61,8 @@ def test_arms_that_differ_are_found_and_identical_arms_are_equivalent(tmp_path, 
     ev = [ln for ln in (rd / "events.jsonl").read_text().splitlines() if '"arm_start"' in ln]
     assert len(ev) == 6  # one server start per session, each with its arm
     res = analyze_run(rd)
+    # the point-level verdicts pool the arms' starts, and each says so
+    assert all("pooled over the arms fast, slow" in c["scope_note"] for c in res["comparisons"] + res["adjacent"])
     arms = res["arms"]
     assert arms["arms"] == ["fast", "slow"] and arms["blocks"] == 3
     for c in arms["comparisons"]:

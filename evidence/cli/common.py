@@ -38,9 +38,13 @@ def load_spec_or_exit(path: Path, as_json: bool = False, *, check_launch: bool =
     try:
         s = load_spec(path)
         local = adapter_class(s.engine.kind).local_process
-        why = s.engine.launch.missing_program(Path.cwd()) if check_launch and local else None
-        if why:
-            raise SpecError(str(path), [(None, "engine.launch.command", why)])
+        # the engine's launch and every arm's own (another build): each is started by this run
+        launches = [("engine.launch.command", s.engine.launch)] + [
+            (f"arms.{i}.launch.command", a.launch) for i, a in enumerate(s.arms) if a.launch is not None]
+        bad = [(None, f, why) for f, la in launches if check_launch and local
+               for why in [la.missing_program(Path.cwd())] if why]
+        if bad:
+            raise SpecError(str(path), bad)
         return s
     except SpecError as e:
         if as_json:

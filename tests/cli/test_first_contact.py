@@ -70,3 +70,17 @@ def test_standin_demo_end_to_end_from_a_bare_folder(tmp_path: Path) -> None:
 def test_an_empty_launch_command_is_refused(bad: list) -> None:
     with pytest.raises(ValueError, match="empty"):
         Launch(command=bad)
+
+
+def test_validate_checks_an_arms_own_launch_too(tmp_path: Path) -> None:
+    """An arm that is another build starts its own program: validate checks it as it checks the engine's."""
+    text = (ROOT / "specs" / "standin-arms.yaml").read_text(encoding="utf-8")
+    assert "  - name: slow " in text
+    spec = tmp_path / "arms.yaml"
+    spec.write_text(
+        text.replace("  - name: slow ", '  - name: slow\n    launch: {command: ["no-such-prog-xyz"]}\n#', 1)
+    )
+    p = ev("validate", str(spec), "--json", cwd=tmp_path)
+    assert p.returncode == 2
+    (e,) = json.loads(p.stdout)["errors"]
+    assert e["field"] == "arms.1.launch.command" and "not on PATH" in e["message"]

@@ -40,9 +40,15 @@ def load_spec_or_exit(path: Path, as_json: bool = False, *, check_launch: bool =
         local = adapter_class(s.engine.kind).local_process
         # the engine's launch and every arm's own (another build): each is started by this run
         launches = [("engine.launch.command", s.engine.launch)] + [
-            (f"arms.{i}.launch.command", a.launch) for i, a in enumerate(s.arms) if a.launch is not None]
-        bad = [(None, f, why) for f, la in launches if check_launch and local
-               for why in [la.missing_program(Path.cwd())] if why]
+            (f"arms.{i}.launch.command", a.launch) for i, a in enumerate(s.arms) if a.launch is not None
+        ]
+        bad = [
+            (None, f, why)
+            for f, la in launches
+            if check_launch and local
+            for why in [la.missing_program(Path.cwd())]
+            if why
+        ]
         if bad:
             raise SpecError(str(path), bad)
         return s

@@ -53,6 +53,7 @@ from evidence.analysis.latency import absent_short, shown_keys
 from evidence.analysis.load import RunData, load_run
 from evidence.analysis.model import Analysis, as_analysis
 from evidence.analysis.over_time_figure import throughput_over_time
+from evidence.analysis.panels import absent_panel
 from evidence.analysis.numbers import label
 from evidence.canon import dumps, write_atomic
 from evidence.metrics import HEADLINE_METRICS, LATENCY_METRICS, METRICS, pct_key
@@ -439,10 +440,7 @@ def _fig_telemetry(a: Analysis, data: RunData) -> Figure:
             ax.set_title(ttl, fontsize=8)
             if not td or not tr or tr.status != "present":
                 why = (tr.absent or "") if tr else "not planned"
-                ax.text(0.5, 0.5, _wrap(why, 34), transform=ax.transAxes, ha="center", va="center", fontsize=7,
-                        color="#a0201a")
-                ax.set_xticks([])
-                ax.set_yticks([])
+                absent_panel(ax, why)
                 continue
             rows = td.telemetry or []
             t = [x["t_s"] for x in rows]
@@ -466,10 +464,6 @@ def _fig_telemetry(a: Analysis, data: RunData) -> Figure:
     return fig
 
 
-def _wrap(text: str, width: int) -> str:
-    return textwrap.fill(" ".join(text.split()), width, break_long_words=False, break_on_hyphens=False)
-
-
 # --------------------------------------------------------------- top level ----
 
 
@@ -482,8 +476,8 @@ def _builders(data: RunData, res: Analysis | dict) -> dict[str, Any]:
         "latency_vs_throughput": lambda: _fig_latency_tput(a),
         "latency_ecdf": lambda: _fig_ecdf(a, data),
         "telemetry": lambda: _fig_telemetry(a, data),
-        "throughput_over_time": lambda: throughput_over_time(a, title=_title, wrap=_wrap),
-        "host_over_time": lambda: host_over_time(a, data, title=_title, wrap=_wrap),
+        "throughput_over_time": lambda: throughput_over_time(a, title=_title),
+        "host_over_time": lambda: host_over_time(a, data, title=_title),
     }
 
 

@@ -16,6 +16,7 @@ from matplotlib.lines import Line2D
 from evidence.analysis.bottleneck import rate_series
 from evidence.analysis.load import RunData
 from evidence.analysis.model import Analysis, as_analysis
+from evidence.analysis.panels import absent_panel
 
 ROLE_STYLE = {
     "api_server": ("#d62728", "-"),
@@ -25,9 +26,7 @@ ROLE_STYLE = {
 }
 
 
-def host_over_time(
-    res: Analysis | dict, data: RunData, *, title: Callable[..., None], wrap: Callable[[str, int], str]
-) -> Figure:
+def host_over_time(res: Analysis | dict, data: RunData, *, title: Callable[..., None]) -> Figure:
     """One panel per trial, on the trial clock: CPU in cores of each engine process role and of the client, the
     GPU's busy fraction (left axis), output tok/s (right axis); the title gives the trial's bottleneck reading."""
     a = as_analysis(res)
@@ -50,18 +49,7 @@ def host_over_time(
                     if td is None or not td.present
                     else ((b or {}).get("absent", {}).get("processes") or "no telemetry samples")
                 )
-                ax.text(
-                    0.5,
-                    0.5,
-                    wrap(why, 34),
-                    transform=ax.transAxes,
-                    ha="center",
-                    va="center",
-                    fontsize=7,
-                    color="#a0201a",
-                )
-                ax.set_xticks([])
-                ax.set_yticks([])
+                absent_panel(ax, why)
                 continue
             rows = td.telemetry
             for role in sorted(

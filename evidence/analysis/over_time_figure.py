@@ -13,9 +13,10 @@ from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 
 from evidence.analysis.model import Analysis, Steady
+from evidence.analysis.panels import absent_panel
 
 
-def throughput_over_time(a: Analysis, *, title: Callable[..., None], wrap: Callable[[str, int], str]) -> Figure:
+def throughput_over_time(a: Analysis, *, title: Callable[..., None]) -> Figure:
     """One panel per trial: output tok/s (left axis), in-flight and server-running requests (right axis), the
     steady-state window shaded; the panel title says the window's throughput, or that there is none."""
     pts = a.spec.points
@@ -29,18 +30,7 @@ def throughput_over_time(a: Analysis, *, title: Callable[..., None], wrap: Calla
             w = rows.get((r, P))
             if not w or w.status != "present":
                 ax.set_title(w.trial if w else f"r{r}-c{P} (not planned)", fontsize=8)
-                ax.text(
-                    0.5,
-                    0.5,
-                    wrap((w.absent or "") if w else "not planned", 34),
-                    transform=ax.transAxes,
-                    ha="center",
-                    va="center",
-                    fontsize=7,
-                    color="#a0201a",
-                )
-                ax.set_xticks([])
-                ax.set_yticks([])
+                absent_panel(ax, (w.absent or "") if w else "not planned")
                 continue
             se, st = w.series, w.steady or Steady()  # series: t, output_tps, in_flight, running per bin
             t = [x + (w.bin_s or 0.0) / 2 for x in se["t"]]  # each bin drawn at its middle

@@ -85,7 +85,7 @@ def _ensure_session(ctx: RunContext, trial: Trial, first_in_call: bool) -> None:
                           allow_drift=ctx.allow_drift if own_build else True,
                           reason=f"session {sess}" + (f", arm {arm}" if arm else ""))
     if new_session:
-        if not adapter_class(ctx.spec.engine.kind).local_process:
+        if not local:
             # not our server: nothing restarts; the session still marks the block for the analysis
             ctx.rd.event("session_start", session=sess, before=trial.id, restarted=False,
                          note=f"engine.kind {ctx.spec.engine.kind}: the server is not started by this tool, so it is "
